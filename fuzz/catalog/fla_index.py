@@ -1,0 +1,30 @@
+"""DESIGN.md row 11: flash-linear-attention index helpers."""
+
+from fuzz.targets import Comparison, Target
+
+DESIGN_ROWS = (11,)
+_FLA = "vllm/third_party/flash_linear_attention/ops/index.py"
+
+TARGETS = [
+    Target(
+        name="fla-chunk-indices",
+        upstream=(f"{_FLA}::prepare_chunk_indices", f"{_FLA}::prepare_lens"),
+        legacy="legacy.fla_index:prepare_chunk_indices",
+        optimized="optimized.fla_index:prepare_chunk_indices",
+        inputs="strategies.cu_seqlens:ChunkIndexInputs",
+        comparison=Comparison(floats="exact"),
+        # The chunk-count `.tolist()` is kept on purpose under gpu_sync_allowed.
+        expected_optimized_syncs=1,
+        description="(chunk id, offset) table built on the host, staged non-blocking",
+    ),
+    Target(
+        name="fla-chunk-offsets",
+        upstream=(f"{_FLA}::prepare_chunk_offsets",),
+        legacy="legacy.fla_index:prepare_chunk_offsets",
+        optimized="optimized.fla_index:prepare_chunk_offsets",
+        inputs="strategies.cu_seqlens:ChunkIndexInputs",
+        comparison=Comparison(floats="exact"),
+        expected_optimized_syncs=0,
+        description="new_zeros(1) instead of new_tensor([0])",
+    ),
+]

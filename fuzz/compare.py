@@ -1,0 +1,168 @@
+"""Compare two sides' outcomes and name the verdict.
+
+Verdicts (most to least severe; see docs/verdicts.md):
+
+* ``divergence`` -- the values differ at some leaf, or only one side raised.
+* ``error-mismatch`` -- both raised, with different exception types. Lower
+  than a divergence: both reject the input, they disagree only on how.
+* ``sync-regression`` -- outputs agree, but on CUDA the optimized side made
+  more GPU<->CPU syncs per call than its target declares.
+* ``agree`` -- equal values, or the same exception type on both sides (the
+  messages may differ: they often embed addresses or sizes).
+
+Values are walked like ``torch.testing``'s pair chain: sequences and mappings
+recurse, growing a path (``[1]['cu_seqlens']``) so a report names the leaf.
+Tensors must match in type, shape, dtype and device; integer/bool values must
+be bitwise equal; floats use ``assert_close`` (or bitwise under ``exact``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from fuzz.outcome import SideResult
+from fuzz.targets import Comparison
+
+
+class Verdict(str, Enum):
+    AGREE = "agree"
+    DIVERGENCE = "divergence"
+    ERROR_MISMATCH = "error-mismatch"
+    SYNC_REGRESSION = "sync-regression"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+    @property
+    def failed(self) -> bool:
+        return self is not Verdict.AGREE
+
+
+_SEVERITY = {
+    Verdict.AGREE: 0,
+    Verdict.SYNC_REGRESSION: 1,
+    Verdict.ERROR_MISMATCH: 2,
+    Verdict.DIVERGENCE: 3,
+}
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    path: str
+    what: str  # "type", "shape", "dtype", "device", "values", "length", "keys", "exception", "syncs"
+    detail: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"path": self.path or "<output>", "what": self.what, "detail": self.detail}
+
+
+def compare_values(legacy: Any, optimized: Any, policy: Comparison, path: str = "") -> Iterator[Mismatch]:
+    """Yield every mismatch between two output trees."""
+    if isinstance(legacy, np.ndarray):
+        legacy = torch.from_numpy(legacy)
+    if isinstance(optimized, np.ndarray):
+        optimized = torch.from_numpy(optimized)
+    if isinstance(legacy, torch.Tensor) or isinstance(optimized, torch.Tensor):
+        yield from _compare_tensors(legacy, optimized, policy, path)
+    elif isinstance(legacy, (list, tuple)) and isinstance(optimized, (list, tuple)):
+        if type(legacy) is not type(optimized):
+            yield Mismatch(path, "type", f"legacy {type(legacy).__name__}, optimized {type(optimized).__name__}")
+        if len(legacy) != len(optimized):
+            yield Mismatch(path, "length", f"legacy {len(legacy)}, optimized {len(optimized)}")
+            return
+        for i, (a, b) in enumerate(zip(legacy, optimized)):
+            yield from compare_values(a, b, policy, f"{path}[{i}]")
+    elif isinstance(legacy, dict) and isinstance(optimized, dict):
+        if set(legacy) != set(optimized):
+            yield Mismatch(path, "keys", f"legacy {sorted(map(str, legacy))}, optimized {sorted(map(str, optimized))}")
+        for key in legacy.keys() & optimized.keys():
+            yield from compare_values(legacy[key], optimized[key], policy, f"{path}[{key!r}]")
+    elif type(legacy) is not type(optimized):
+        yield Mismatch(path, "type", f"legacy {type(legacy).__name__}, optimized {type(optimized).__name__}")
+    elif legacy != optimized and not _both_nan(legacy, optimized):
+        yield Mismatch(path, "values", f"legacy {legacy!r}, optimized {optimized!r}")
+
+
+def _both_nan(a: Any, b: Any) -> bool:
+    return isinstance(a, float) and isinstance(b, float) and a != a and b != b
+
+
+def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: str) -> Iterator[Mismatch]:
+    if not (isinstance(legacy, torch.Tensor) and isinstance(optimized, torch.Tensor)):
+        yield Mismatch(path, "type", f"legacy {type(legacy).__name__}, optimized {type(optimized).__name__}")
+        return
+    for what, a, b in (
+        ("shape", tuple(legacy.shape), tuple(optimized.shape)),
+        ("dtype", legacy.dtype, optimized.dtype),
+        ("device", legacy.device, optimized.device),
+    ):
+        if a != b:
+            yield Mismatch(path, what, f"legacy {a}, optimized {b}")
+            return
+    a, b = legacy.detach().cpu(), optimized.detach().cpu()
+    exact = policy.floats == "exact" or not (a.is_floating_point() or a.is_complex())
+    if exact:
+        if not torch.equal(a, b) and not _equal_with_nans(a, b):
+            yield Mismatch(path, "values", _describe_exact(a, b))
+        return
+    try:
+        torch.testing.assert_close(b, a, equal_nan=True)
+    except AssertionError as exc:
+        yield Mismatch(path, "values", " ".join(str(exc).split()))
+
+
+def _equal_with_nans(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if not a.is_floating_point():
+        return False
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def _describe_exact(a: torch.Tensor, b: torch.Tensor) -> str:
+    """assert_close-style text for a bitwise mismatch."""
+    differ = (a != b)
+    if a.is_floating_point():
+        differ &= ~(a.isnan() & b.isnan())
+    count = int(differ.sum())
+    first = tuple(int(i) for i in differ.nonzero()[0]) if count else ()
+    at = f"at index {first}" if first else ""
+    la = a[first].item() if first else a.item() if a.numel() == 1 else None
+    lb = b[first].item() if first else b.item() if b.numel() == 1 else None
+    return (
+        f"Mismatched elements: {count} / {a.numel()}; first {at}: legacy {la!r}, optimized {lb!r} "
+        f"(bitwise equality required)"
+    )
+
+
+def judge(legacy: SideResult, optimized: SideResult, policy: Comparison, expected_syncs: int | None) -> tuple[Verdict, list[Mismatch]]:
+    """The verdict for one example and the mismatches behind it."""
+    if legacy.raised or optimized.raised:
+        return _judge_exceptions(legacy, optimized)
+    mismatches = list(compare_values(legacy.value, optimized.value, policy))
+    if mismatches:
+        return Verdict.DIVERGENCE, mismatches
+    if expected_syncs is not None and optimized.syncs is not None and optimized.syncs > expected_syncs:
+        detail = (
+            f"optimized made {optimized.syncs} GPU<->CPU syncs per call, target allows {expected_syncs} "
+            f"(legacy made {legacy.syncs})"
+        )
+        return Verdict.SYNC_REGRESSION, [Mismatch("", "syncs", detail)]
+    return Verdict.AGREE, []
+
+
+def _judge_exceptions(legacy: SideResult, optimized: SideResult) -> tuple[Verdict, list[Mismatch]]:
+    if legacy.raised and optimized.raised:
+        if legacy.raised.type_name == optimized.raised.type_name:
+            return Verdict.AGREE, []
+        detail = f"legacy raised {legacy.raised.type_name}, optimized raised {optimized.raised.type_name}"
+        return Verdict.ERROR_MISMATCH, [Mismatch("", "exception", detail)]
+    side, other = ("legacy", "optimized") if legacy.raised else ("optimized", "legacy")
+    raised = legacy.raised or optimized.raised
+    assert raised is not None
+    detail = f"only {side} raised {raised.type_name}: {raised.message}; {other} returned a value"
+    return Verdict.DIVERGENCE, [Mismatch("", "exception", detail)]

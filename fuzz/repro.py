@@ -1,0 +1,134 @@
+"""Saved failures: self-contained JSON repro files, never pickle.
+
+A repro holds the target name (and the module that registered it, for targets
+outside the catalog), the input *spec* Hypothesis shrank to, the seed and
+contract of the run, the device, the verdict, where the outputs differ, a
+summary of both outputs and the versions of everything involved. The spec is
+plain JSON, so replay rebuilds the exact tensors without unpickling anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fuzz.errors import ReproFileError
+from fuzz.execute import ExampleResult
+from fuzz.outcome import SideResult
+from fuzz.targets import CONTRACTS, Target
+from fuzz.versions import versions
+
+REPRO_FORMAT = "syncfuzz-repro/1"
+_PICKLE_MAGIC = (b"\x80", b"(dp", b"(lp", b"}q", b"]q", b"PK\x03\x04")
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "format": str,
+    "target": str,
+    "input": dict,
+    "device": str,
+    "contract": str,
+    "verdict": str,
+}
+
+
+def summarize(value: Any, limit: int = 16) -> Any:
+    """A JSON-able picture of an output: enough to read, never the whole tensor."""
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().reshape(-1)[:limit].cpu()
+        if flat.dtype in (torch.bfloat16, torch.float16):
+            flat = flat.float()
+        return {
+            "tensor": {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch."),
+                       "device": str(value.device), "first_values": flat.tolist()}
+        }
+    if isinstance(value, (list, tuple)):
+        return [summarize(v, limit) for v in value[:limit]]
+    if isinstance(value, dict):
+        return {str(k): summarize(v, limit) for k, v in list(value.items())[:limit]}
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return repr(value)[:200]
+
+
+def side_summary(side: SideResult) -> dict:
+    out: dict[str, Any] = {"syncs": side.syncs, "allowed_syncs": side.allowed_syncs}
+    if side.raised:
+        out["raised"] = {"type": side.raised.type_name, "message": side.raised.message}
+    else:
+        out["value"] = summarize(side.value)
+    return out
+
+
+def repro_payload(target: Target, result: ExampleResult, *, seed: int | None, contract: str,
+                  target_module: str | None = None, flaky: bool = False) -> dict:
+    return {
+        "format": REPRO_FORMAT,
+        "target": target.name,
+        "target_module": target_module,
+        "upstream": list(target.upstream),
+        "legacy": target.legacy,
+        "optimized": target.optimized,
+        "input": result.spec,
+        "seed": seed,
+        "contract": contract,
+        "device": result.device,
+        "verdict": result.verdict.value,
+        "flaky": flaky,
+        "mismatches": [m.as_json() for m in result.mismatches],
+        "outputs": {"legacy": side_summary(result.legacy), "optimized": side_summary(result.optimized)},
+        "versions": versions(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def save_repro(directory: Path, payload: dict) -> Path:
+    """Write atomically under a content-derived name; never overwrite."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key = json.dumps([payload["target"], payload["input"], payload["verdict"]], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    path = directory / f"{payload['target']}-{payload['verdict']}-{digest}.json"
+    if path.exists():
+        return path  # the same failure, already saved
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(payload, handle, indent=2, sort_keys=False)
+        handle.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_repro(path: str | os.PathLike) -> dict:
+    """Read and validate a repro file; every problem is one ReproFileError line."""
+    file = Path(path)
+    if not file.is_file():
+        raise ReproFileError(f"repro file {str(file)!r} does not exist; pass a path from the corpus failures/ folder")
+    raw = file.read_bytes()
+    if raw.startswith(_PICKLE_MAGIC):
+        raise ReproFileError(
+            f"{str(file)!r} looks like a pickle or archive; repro files are JSON (syncfuzz never loads pickles)"
+        )
+    try:
+        payload = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReproFileError(f"{str(file)!r} is not valid JSON ({exc}); was it truncated? re-run the fuzzer to save it again") from None
+    if not isinstance(payload, dict):
+        raise ReproFileError(f"{str(file)!r} holds JSON {type(payload).__name__}, expected an object with 'format': {REPRO_FORMAT!r}")
+    if payload.get("format") != REPRO_FORMAT:
+        raise ReproFileError(f"{str(file)!r} has format {payload.get('format')!r}, expected {REPRO_FORMAT!r}")
+    for key, kind in _REQUIRED.items():
+        if not isinstance(payload.get(key), kind):
+            raise ReproFileError(f"{str(file)!r}: field {key!r} is missing or not a {getattr(kind, '__name__', kind)}")
+    if not isinstance(payload["input"].get("device"), str):
+        raise ReproFileError(f"{str(file)!r}: field 'input' has no 'device' string")
+    if payload["contract"] not in CONTRACTS:
+        raise ReproFileError(f"{str(file)!r}: contract {payload['contract']!r} is not one of {', '.join(CONTRACTS)}")
+    module = payload.get("target_module")
+    if module is not None and not isinstance(module, str):
+        raise ReproFileError(f"{str(file)!r}: field 'target_module' must be a string or null")
+    return payload

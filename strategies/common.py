@@ -1,0 +1,74 @@
+"""Building blocks every input model uses: devices, dtypes, input forms."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from fuzz.errors import HarnessError
+
+INT_DTYPES = {"int32": torch.int32, "int64": torch.int64}
+FLOAT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# How host metadata can reach a function: today's callers pass Python lists;
+# the legacy functions also accepted numpy arrays and CPU or device tensors.
+TENSOR_FORMS = ("list", "numpy", "cpu_tensor", "device_tensor")
+
+
+def _nonempty(name: str, values: Sequence[Any]) -> None:
+    if not values:
+        raise HarnessError(f"{name} must not be empty")
+
+
+def devices(available: Sequence[str]) -> st.SearchStrategy[str]:
+    """The device an example runs on: one of ``available`` (cpu first, so it shrinks there)."""
+    _nonempty("available devices", available)
+    return st.sampled_from(list(available))
+
+
+def int_dtypes(names: Sequence[str] = ("int32", "int64")) -> st.SearchStrategy[str]:
+    unknown = set(names) - set(INT_DTYPES)
+    if unknown:
+        raise HarnessError(f"int_dtypes: unknown dtype names {sorted(unknown)}")
+    return st.sampled_from(list(names))
+
+
+def float_dtypes(names: Sequence[str] = ("float32", "bfloat16", "float16")) -> st.SearchStrategy[str]:
+    unknown = set(names) - set(FLOAT_DTYPES)
+    if unknown:
+        raise HarnessError(f"float_dtypes: unknown dtype names {sorted(unknown)}")
+    return st.sampled_from(list(names))
+
+
+def tensor_forms(forms: Sequence[str] = TENSOR_FORMS) -> st.SearchStrategy[str]:
+    unknown = set(forms) - set(TENSOR_FORMS)
+    if unknown:
+        raise HarnessError(f"tensor_forms: unknown forms {sorted(unknown)}")
+    return st.sampled_from(list(forms))
+
+
+def in_form(values: list, form: str, dtype: str, device: str) -> Any:
+    """``values`` (nested int lists) in the requested host/device form."""
+    if form == "list":
+        return values
+    if form == "numpy":
+        return np.asarray(values, dtype=dtype)
+    tensor = torch.tensor(values, dtype=INT_DTYPES[dtype])
+    if form == "cpu_tensor":
+        return tensor
+    if form == "device_tensor":
+        return tensor.to(device)
+    raise HarnessError(f"unknown tensor form {form!r}")
+
+
+def seeded_floats(shape: tuple[int, ...], dtype: str, seed: int, device: str) -> torch.Tensor:
+    """Deterministic random floats: the same on every host for the same seed.
+
+    Drawn on the CPU in float32 then cast and moved, so a CUDA example and its
+    CPU replay start from identical values.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=generator).to(FLOAT_DTYPES[dtype]).to(device)

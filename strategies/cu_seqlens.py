@@ -1,0 +1,63 @@
+"""``cu_seqlens`` inputs for the flash-linear-attention index helpers."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from hypothesis import strategies as st
+
+from fuzz.errors import HarnessError
+from fuzz.targets import Impl
+from strategies.common import INT_DTYPES, devices, int_dtypes
+
+
+def cu_seqlens(
+    *, max_sequences: int = 8, max_length: int = 300, monotone: bool = True
+) -> st.SearchStrategy[list[int]]:
+    """Cumulative sequence lengths starting at 0: empty sequences, a single
+    sequence and no sequence at all (``[0]``) included. With
+    ``monotone=False`` (the wide contract) lengths may be negative."""
+    if max_sequences < 0 or max_length < 0:
+        raise HarnessError("cu_seqlens: max_sequences and max_length must be >= 0")
+    low = 0 if monotone else -max_length
+    lengths = st.lists(st.integers(low, max_length), min_size=0, max_size=max_sequences)
+
+    def running_sum(lens: list[int]) -> list[int]:
+        out = [0]
+        for n in lens:
+            out.append(out[-1] + n)
+        return out
+
+    return lengths.map(running_sum)
+
+
+def chunk_sizes(max_size: int = 512) -> st.SearchStrategy[int]:
+    """Chunk sizes from 1 up to past any drawn sequence (FLA uses 64)."""
+    if max_size < 1:
+        raise HarnessError("chunk_sizes: max_size must be >= 1")
+    return st.one_of(st.integers(1, 8), st.sampled_from([16, 32, 64]), st.integers(1, max_size))
+
+
+class ChunkIndexInputs:
+    """Inputs of ``prepare_chunk_indices(cu_seqlens, chunk_size)`` and
+    ``prepare_chunk_offsets(cu_seqlens, chunk_size)``.
+
+    Callers build ``cu_seqlens`` as an int32 device tensor; int64 is accepted
+    too. The wide contract adds non-monotone ``cu_seqlens``.
+    """
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return st.fixed_dictionaries(
+            {
+                "device": devices(available),
+                "cu_seqlens": cu_seqlens(monotone=contract == "caller"),
+                "dtype": int_dtypes(),
+                "chunk_size": chunk_sizes(),
+            }
+        )
+
+    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+        cu = torch.tensor(spec["cu_seqlens"], dtype=INT_DTYPES[spec["dtype"]], device=spec["device"])
+        chunk_size = spec["chunk_size"]
+        return lambda: impl.function(cu, chunk_size)

@@ -1,0 +1,23 @@
+"""Planted bugs and benign refactors of the optimized copies.
+
+Each module here lists ``BUGS`` (one-edit mutants the fuzzer must report) and
+``BENIGN`` (refactors it must pass) for one family of targets, as ``Plant``
+records (tests/planted/plant.py). Registered for the CLI and for replay with
+``SYNCFUZZ_TARGET_MODULES=tests.planted``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from tests.planted.plant import Plant
+
+_FAMILIES = [
+    importlib.import_module(f"{__name__}.{info.name}")
+    for info in pkgutil.iter_modules(__path__)
+    if info.name != "plant"
+]
+BUGS: list[Plant] = [plant for family in _FAMILIES for plant in family.BUGS]
+BENIGN: list[Plant] = [plant for family in _FAMILIES for plant in family.BENIGN]
+TARGETS = [plant.target() for plant in BUGS + BENIGN]

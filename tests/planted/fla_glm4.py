@@ -1,0 +1,40 @@
+"""Planted bugs and benign refactors for the FLA index helpers and glm4_1v."""
+
+from tests.planted.plant import Plant
+
+BUGS = [
+    Plant("planted-offsets-off-by-one", "fla-chunk-offsets", "optimized.fla_index",
+          "cu_seqlens.new_zeros(1)", "cu_seqlens.new_ones(1)",
+          "every chunk offset shifted by one"),
+    Plant("planted-indices-dropped-dtype", "fla-chunk-indices", "optimized.fla_index",
+          "device=cu_seqlens.device, dtype=cu_seqlens.dtype, non_blocking=True",
+          "device=cu_seqlens.device, non_blocking=True",
+          "int32 cu_seqlens give an int64 table"),
+    Plant("planted-indices-off-by-one", "fla-chunk-indices", "optimized.fla_index",
+          "indices.eq(0).cumsum(0) - 1", "indices.eq(0).cumsum(0)",
+          "sequence ids start at 1"),
+    Plant("planted-glm4-wrong-modulo", "glm4v-embeddings", "optimized.glm4_1v",
+          "np.arange(len(lengths)) % shapes_np.shape[0]",
+          "np.minimum(np.arange(len(lengths)), shapes_np.shape[0] - 1)",
+          "data-parallel cycling clamps to the last shape instead of wrapping"),
+    Plant("planted-glm4-swapped-hw", "glm4v-embeddings", "optimized.glm4_1v",
+          "np.repeat(shapes_np[shape_idx, 1], lengths)", "np.repeat(shapes_np[shape_idx, 2], lengths)",
+          "target height taken from the width column (only visible when h != w)"),
+    Plant("planted-pos-embeds-no-repeat", "glm4v-pos-embeds", "optimized.glm4_1v",
+          "async_tensor_h2d(w_coords.repeat(t), device=device)", "async_tensor_h2d(w_coords.repeat(1), device=device)",
+          "w coordinates not repeated over frames (only visible when t > 1)"),
+]
+
+BENIGN = [
+    Plant("benign-offsets-explicit-zeros", "fla-chunk-offsets", "optimized.fla_index",
+          "cu_seqlens.new_zeros(1)", "torch.zeros(1, dtype=cu_seqlens.dtype, device=cu_seqlens.device)",
+          "the same zero, spelled out"),
+    Plant("benign-indices-to-like", "fla-chunk-indices", "optimized.fla_index",
+          "return chunk_indices.to(\n        device=cu_seqlens.device, dtype=cu_seqlens.dtype, non_blocking=True\n    )",
+          "return chunk_indices.to(cu_seqlens)",
+          "the legacy spelling of the same copy"),
+    Plant("benign-glm4-column-first", "glm4v-embeddings", "optimized.glm4_1v",
+          "np.repeat(shapes_np[shape_idx, 1], lengths)", "np.repeat(shapes_np[:, 1][shape_idx], lengths)",
+          "select the column, then cycle: same values"),
+]
+

@@ -1,0 +1,35 @@
+"""A planted edit of an optimized copy, as a target record."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from fuzz.mutate import mutant_module
+from fuzz.targets import Target
+
+PACKAGE = "tests.planted"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plant:
+    """``old`` -> ``new`` in ``module`` (an optimized copy), fuzzed as ``base_target``."""
+
+    name: str
+    base_target: str
+    module: str
+    old: str
+    new: str
+    why: str
+
+    def target(self) -> Target:
+        from fuzz.catalog import TARGETS
+
+        base = {t.name: t for t in TARGETS}[self.base_target]
+        attribute = "_" + self.name.replace("-", "_")
+        mutant = mutant_module(self.module, f"{PACKAGE}.{attribute}", self.old, self.new)
+        # Reachable as `tests.planted:<attribute>.<qualname>`, in this process
+        # and in a replay child that imports tests.planted.
+        setattr(sys.modules[PACKAGE], attribute, mutant)
+        _, _, qualname = base.optimized.partition(":")
+        return dataclasses.replace(base, name=self.name, optimized=f"{PACKAGE}:{attribute}.{qualname}")

@@ -1,0 +1,29 @@
+"""Helpers the tests share: run the engine in-process, or the CLI in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fuzz.runner import RunOptions, TargetOutcome, fuzz_target
+from fuzz.targets import Target
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fuzz(target: Target, *, max_examples: int = 200, seed: int = 0, devices: tuple[str, ...] = ("cpu",),
+         contract: str = "caller", corpus: Path | None = None) -> TargetOutcome:
+    options = RunOptions(devices=devices, seed=seed, contract=contract, max_examples=max_examples, corpus=corpus,
+                         target_module=lambda t: "tests.planted")
+    return fuzz_target(target, options, deadline=None)
+
+
+def cli(*args: str, extra_env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m fuzz ARGS`` in a fresh process, from the source tree."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, "-m", "fuzz", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd or ROOT, timeout=600)
