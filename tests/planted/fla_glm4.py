@@ -38,3 +38,10 @@ BENIGN = [
           "select the column, then cycle: same values"),
 ]
 
+
+# Same values, one extra GPU<->CPU sync: only the CUDA sync oracle can see it.
+SYNC_BUGS = [
+    Plant("planted-offsets-extra-sync", "fla-chunk-offsets", "optimized.fla_index",
+          "cu_seqlens.new_zeros(1)", "cu_seqlens.new_zeros(1) * int(cu_seqlens[:1].sum().item() == 0)",
+          "reads cu_seqlens[0] back to the host (always 0, so values are unchanged)"),
+]

@@ -1,0 +1,159 @@
+"""Saved failures: found, shrunk, saved as JSON, replayed in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+import torch
+
+from fuzz.cli import main
+from fuzz.repro import REPRO_FORMAT, load_repro
+from tests.support import cli
+
+PLANTED = {"SYNCFUZZ_TARGET_MODULES": "tests.planted"}
+
+
+@pytest.fixture(scope="module")
+def saved_failure(tmp_path_factory):
+    """Run the CLI on a planted bug once; return (run result, repro path)."""
+    corpus = tmp_path_factory.mktemp("corpus")
+    result = cli("run", "--target", "planted-offsets-off-by-one", "--device", "cpu", "--seed", "0",
+                 "--max-examples", "50", "--corpus", str(corpus), extra_env=PLANTED)
+    repros = sorted((corpus / "failures").glob("*.json"))
+    return result, repros
+
+
+def test_planted_bug_run_exits_1_and_saves_one_repro(saved_failure):
+    result, repros = saved_failure
+    assert result.returncode == 1, result.stderr
+    assert len(repros) == 1
+    assert "DIVERGENCE in planted-offsets-off-by-one" in result.stdout
+    assert f"python -m fuzz replay {repros[0]}" in result.stdout
+
+
+def test_repro_file_is_self_contained_json(saved_failure):
+    _, (repro,) = saved_failure
+    payload = json.loads(repro.read_text())
+    assert payload["format"] == REPRO_FORMAT
+    assert payload["target"] == "planted-offsets-off-by-one"
+    assert payload["target_module"] == "tests.planted"
+    assert payload["seed"] == 0 and payload["device"] == "cpu" and payload["contract"] == "caller"
+    assert payload["verdict"] == "divergence"
+    assert payload["versions"]["legacy"] == "vllm 0.27.1" and payload["versions"]["optimized"] == "vllm 0.28.0"
+    assert payload["versions"]["torch"] == torch.__version__
+    # Shrunk: one empty-or-single sequence, the smallest chunk size.
+    assert len(payload["input"]["cu_seqlens"]) == 1 and payload["input"]["chunk_size"] == 1
+    legacy, optimized = payload["outputs"]["legacy"]["value"], payload["outputs"]["optimized"]["value"]
+    assert legacy["tensor"]["first_values"] == [0] and optimized["tensor"]["first_values"] == [1]
+    assert payload["mismatches"][0]["what"] == "values"
+
+
+def test_replay_reproduces_in_a_fresh_process(saved_failure):
+    _, (repro,) = saved_failure
+    result = cli("replay", str(repro))  # no env var: the file names its target module
+    assert result.returncode == 1, result.stderr
+    assert "DIVERGENCE reproduced on cpu" in result.stdout
+    assert "Mismatched elements" in result.stdout
+
+
+def test_replay_of_a_fixed_bug_exits_0(saved_failure, tmp_path):
+    _, (repro,) = saved_failure
+    payload = json.loads(repro.read_text())
+    payload["target"] = "fla-chunk-offsets"  # the real optimized copy has no such bug
+    payload["target_module"] = None
+    fixed = tmp_path / "fixed.json"
+    fixed.write_text(json.dumps(payload))
+    result = cli("replay", str(fixed))
+    assert result.returncode == 0, result.stderr
+    assert "no longer fails" in result.stdout
+
+
+def test_same_seed_same_examples(tmp_path):
+    from fuzz.targets import lookup
+    from tests.support import fuzz
+
+    (target,) = lookup(["glm4v-embeddings"])
+    seen: list[list[dict]] = []
+    import fuzz.runner as runner
+
+    original = runner.run_example
+    for attempt in range(2):
+        specs: list[dict] = []
+
+        def recording(target, spec, _specs=specs):
+            _specs.append(spec)
+            return original(target, spec)
+
+        runner.run_example = recording
+        try:
+            fuzz(target, max_examples=30, seed=1234)
+        finally:
+            runner.run_example = original
+        seen.append(specs)
+    assert seen[0] == seen[1] and len(seen[0]) == 30
+
+
+def _write(tmp_path, name, content: bytes):
+    path = tmp_path / name
+    path.write_bytes(content)
+    return str(path)
+
+
+def _valid_payload(**changes):
+    payload = {"format": REPRO_FORMAT, "target": "fla-chunk-offsets", "input": {"device": "cpu", "cu_seqlens": [0, 3],
+               "dtype": "int32", "chunk_size": 2}, "device": "cpu", "contract": "caller", "verdict": "divergence",
+               "seed": 0}
+    payload.update(changes)
+    return json.dumps(payload).encode()
+
+
+BAD_FILES = {
+    "missing": (None, "does not exist"),
+    "empty": (b"", "not valid JSON"),
+    "truncated": (_valid_payload()[:40], "not valid JSON"),
+    "binary": (b"\xff\xfe\x00garbage", "not valid JSON"),
+    "pickle": (pickle.dumps({"target": "fla-chunk-offsets"}), "looks like a pickle"),
+    "json-list": (b"[1, 2]", "expected an object"),
+    "wrong-format": (_valid_payload(format="other/9"), "has format"),
+    "no-target": (_valid_payload(target=None), "field 'target'"),
+    "input-not-object": (_valid_payload(input=[1]), "field 'input'"),
+    "input-without-device": (_valid_payload(input={"cu_seqlens": [0]}), "'device'"),
+    "bad-contract": (_valid_payload(contract="loose"), "contract"),
+    "unknown-target": (_valid_payload(target="fla-chunk-offset"), "closest matches: fla-chunk-offsets"),
+    "bad-target-module": (_valid_payload(target_module="no.such.module"), "no TARGETS"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_unusable_repro_file_is_one_line_and_exit_2(name, tmp_path, capsys):
+    content, expected = BAD_FILES[name]
+    path = str(tmp_path / "absent.json") if content is None else _write(tmp_path, f"{name}.json", content)
+    before = None if content is None else (tmp_path / f"{name}.json").read_bytes()
+    assert main(["replay", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("fuzz: error: ") and expected in err, err
+    if before is not None:
+        assert (tmp_path / f"{name}.json").read_bytes() == before  # never touched
+
+
+def test_cuda_repro_on_a_cpu_host_says_it_needs_a_gpu(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    path = _write(tmp_path, "cuda.json", _valid_payload(device="cuda", input={
+        "device": "cuda", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_size": 2}))
+    assert main(["replay", path]) == 2
+    assert "needs a GPU" in capsys.readouterr().err
+
+
+def test_cuda_repro_replays_on_cpu_when_asked(tmp_path, capsys):
+    path = _write(tmp_path, "cuda.json", _valid_payload(device="cuda", input={
+        "device": "cuda", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_size": 2}))
+    assert main(["replay", path, "--device", "cpu"]) == 0
+    assert "agree on cpu" in capsys.readouterr().out
+
+
+def test_load_repro_accepts_a_saved_file(saved_failure):
+    _, (repro,) = saved_failure
+    assert load_repro(repro)["target"] == "planted-offsets-off-by-one"

@@ -1,0 +1,55 @@
+"""The runner: budgets, several distinct failures, fuzzer bugs, the corpus."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from fuzz.catalog import TARGETS
+from fuzz.runner import RunOptions, fuzz_all, fuzz_target
+from fuzz.targets import lookup
+from tests.support import fuzz
+
+BY_NAME = {t.name: t for t in TARGETS}
+
+
+def test_wide_contract_keeps_searching_after_the_first_failure():
+    """glm4's wide contract has a known error-mismatch; the run still completes
+    all its examples and counts every failing one."""
+    outcome = fuzz(BY_NAME["glm4v-embeddings"], contract="wide", max_examples=150, seed=1)
+    assert outcome.examples >= 150
+    tally = outcome.tallies["cpu"]
+    assert tally.verdicts["error-mismatch"] >= 1
+    assert len({f.signature for f in outcome.failures}) == len(outcome.failures)
+
+
+def test_budget_run_stops_and_reports_every_target(tmp_path):
+    targets = lookup(["fla-chunk-offsets", "fla-chunk-indices"])
+    options = RunOptions(devices=("cpu",), seed=0, budget=2.0, corpus=tmp_path)
+    outcomes = fuzz_all(targets, options)
+    assert [o.target.name for o in outcomes] == ["fla-chunk-offsets", "fla-chunk-indices"]
+    assert all(o.examples > 0 and not o.failures for o in outcomes)
+
+
+def test_target_without_a_run_device_is_skipped_with_a_reason():
+    gpu_only = dataclasses.replace(BY_NAME["fla-chunk-offsets"], name="gpu-only", devices=("cuda",))
+    outcome = fuzz(gpu_only)
+    assert outcome.skipped and "cuda" in outcome.skipped and outcome.examples == 0
+
+
+def test_broken_strategy_is_a_fuzzer_bug_not_a_divergence():
+    broken = dataclasses.replace(BY_NAME["fla-chunk-offsets"], name="broken", inputs="strategies.glm4:Glm4EmbeddingsInputs")
+    outcome = fuzz(broken, max_examples=5)
+    assert outcome.harness_error and not outcome.failures
+
+
+def test_corpus_database_replays_a_known_failure_first(tmp_path):
+    import tests.planted as planted
+
+    bug = {p.name: p for p in planted.BUGS}["planted-glm4-wrong-modulo"].target()
+    first = fuzz(bug, corpus=tmp_path, seed=5)
+    assert first.failures and first.first_failure_at > 1
+    again = fuzz(bug, corpus=tmp_path, seed=6)
+    assert again.first_failure_at == 1  # straight from Hypothesis' example database
+    saved = list((tmp_path / "failures").glob("*.json"))
+    assert len(saved) == 1 and json.loads(saved[0].read_text())["verdict"] == "divergence"
