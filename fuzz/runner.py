@@ -262,7 +262,10 @@ def _collect(raised: BaseException, outcome: TargetOutcome, last_failure: list[E
     unexpected = []
     for leaf in _leaves(raised):
         if isinstance(leaf, VerdictFound):
-            outcome.failures.append(leaf.result)
+            # Hypothesis may report one signature more than once (e.g. found
+            # again while shrinking another); keep the first, smallest one.
+            if leaf.result.signature not in {f.signature for f in outcome.failures}:
+                outcome.failures.append(leaf.result)
         elif isinstance(leaf, Flaky):
             # The failure did not reproduce when Hypothesis re-ran it: keep the
             # last failing example and say it is flaky rather than lose it.

@@ -1,0 +1,35 @@
+"""DESIGN.md row 5: paddleocr_vl's SigLIP encoder and the inputs encode_image stages for it."""
+
+from fuzz.targets import Comparison, Target
+
+DESIGN_ROWS = (5,)
+_PADDLE = "vllm/model_executor/models/paddleocr_vl.py"
+
+TARGETS = [
+    Target(
+        name="paddleocr-encoder",
+        upstream=(f"{_PADDLE}::SiglipEncoder.forward",),
+        legacy="legacy.paddleocr_vl:SiglipEncoder.forward",
+        optimized="optimized.paddleocr_vl:SiglipEncoder.forward",
+        inputs="strategies.paddleocr_vl:PaddleOCREncoderInputs",
+        # The rope rows are elementwise products: the same bits whatever the table size.
+        comparison=Comparison(floats="exact"),
+        # Caller: ids built on the device from host grids, table size from the
+        # host grids, cu_seqlens already on the device -- nothing reads back.
+        expected_optimized_syncs=0,
+        description="rope table size max(h, w) from the host grids instead of pids.max() + 1; "
+        "cu_seqlens staged with async_tensor_h2d / non_blocking",
+    ),
+    Target(
+        name="paddleocr-encode-image",
+        upstream=(f"{_PADDLE}::PaddleOCRVLForConditionalGeneration.encode_image",),
+        legacy="legacy.paddleocr_vl:PaddleOCRVLForConditionalGeneration.encode_image",
+        optimized="optimized.paddleocr_vl:PaddleOCRVLForConditionalGeneration.encode_image",
+        inputs="strategies.paddleocr_vl:PaddleOCREncodeImageInputs",
+        comparison=Comparison(floats="exact"),
+        # The kept `image_grid_thw.tolist()` of the device grid row (a D2H copy);
+        # both host-built tensors now cross non-blocking.
+        expected_optimized_syncs=1,
+        description="host-built position ids and cu_seqlens staged non-blocking / async_tensor_h2d",
+    ),
+]
