@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"example database and saved failures (default ./{DEFAULT_CORPUS})")
     run.add_argument("--report", metavar="FILE", help="write the JSON report here")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument("--example-timeout", type=_budget, default=120.0, metavar="SECONDS",
+                     help="watchdog: an example running longer is a hang (default 120)")
+    run.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                     help="fresh workers per target after a crash or hang (default 3)")
+    run.add_argument("--in-process", action="store_true",
+                     help="no worker processes: faster start, but a crash or hang ends the run")
 
     replay = commands.add_parser("replay", help="re-run a saved failure in a fresh process")
     replay.add_argument("file", metavar="FILE")
@@ -118,6 +124,7 @@ def _check_paths(corpus: Path, report: Path | None) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from fuzz.devices import resolve_devices
     from fuzz.report import failure_lines, progress_printer, report_json, summary_table, write_json
+    from fuzz.isolation import Isolation
     from fuzz.runner import RunOptions, fuzz_all
     from fuzz.targets import all_targets, lookup
 
@@ -135,19 +142,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if "cuda" not in devices:
         print("[fuzz] sync counting skipped: no CUDA device in this run (syncs are a GPU-only oracle)", file=sys.stderr)
-    outcomes = fuzz_all(targets, options)
-    failed = any(o.failures for o in outcomes)
-    broken = any(o.harness_error for o in outcomes)
+    if args.max_restarts < 0:
+        raise UsageError(f"--max-restarts {args.max_restarts} must be 0 or more")
+    isolation = None if args.in_process else Isolation(example_timeout=args.example_timeout,
+                                                       max_restarts=args.max_restarts, workdir=corpus / "journal")
+    entries = fuzz_all(targets, options, isolation)
+    failed = any(e["failures"] for e in entries)
+    broken = any(e["fuzzer_error"] for e in entries)
     exit_code = EXIT_USAGE if broken else EXIT_FAILURE if failed else EXIT_OK
-    print(summary_table(outcomes))
-    for line in failure_lines(outcomes):
+    print(summary_table(entries))
+    for line in failure_lines(entries):
         print(line)
     print(f"seed {seed}, contract {args.contract}, devices {','.join(devices)}"
           + (f"; rerun with --seed {seed} to repeat" if failed else ""))
     if report:
         run_info = {"seed": seed, "contract": args.contract, "devices": list(devices), "max_examples": max_examples,
                     "budget": args.budget, "corpus": str(corpus), "targets": [t.name for t in targets]}
-        write_json(report, report_json(outcomes, run=run_info, exit_code=exit_code))
+        write_json(report, report_json(entries, run=run_info, exit_code=exit_code))
         print(f"report: {report}")
     return exit_code
 
@@ -177,7 +188,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     result = replay_file(args.file, args.device)
     if result.crashed:
-        print(f"CRASH replaying {args.file} on {result.device}: {result.crashed}")
+        print(f"{result.verdict.upper()} reproduced on {result.device} for {args.file}: {result.crashed}")
         return EXIT_FAILURE
     if not result.still_fails:
         print(f"no longer fails: legacy and optimized agree on {result.device} for {args.file}")

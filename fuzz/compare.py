@@ -7,6 +7,9 @@ Verdicts (most to least severe; see docs/verdicts.md):
   than a divergence: both reject the input, they disagree only on how.
 * ``sync-regression`` -- outputs agree, but on CUDA the optimized side made
   more GPU<->CPU syncs per call than its target declares.
+* ``crash`` / ``hang`` -- the worker process running the example died
+  (device-side assert, segfault, abort) or outran the per-example watchdog;
+  decided by the isolation layer (fuzz/isolation.py), never by ``judge``.
 * ``agree`` -- equal values, or the same exception type on both sides (the
   messages may differ: they often embed addresses or sizes).
 
@@ -34,6 +37,8 @@ class Verdict(str, Enum):
     DIVERGENCE = "divergence"
     ERROR_MISMATCH = "error-mismatch"
     SYNC_REGRESSION = "sync-regression"
+    CRASH = "crash"
+    HANG = "hang"
 
     @property
     def severity(self) -> int:
@@ -49,6 +54,8 @@ _SEVERITY = {
     Verdict.SYNC_REGRESSION: 1,
     Verdict.ERROR_MISMATCH: 2,
     Verdict.DIVERGENCE: 3,
+    Verdict.HANG: 4,
+    Verdict.CRASH: 4,
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from fuzz.compare import Mismatch, Verdict, judge
-from fuzz.errors import HarnessError
+from fuzz.errors import FuzzError, HarnessError
 from fuzz.outcome import Raised, SideResult
 from fuzz.syncs import counting_syncs
 from fuzz.targets import Target
@@ -44,6 +44,34 @@ class ExampleResult:
         )
 
 
+class CudaContextLost(FuzzError):
+    """A CUDA error (e.g. a device-side assert) left this process's CUDA
+    context unusable: every later CUDA call fails, so the process must be
+    replaced. Carries the side and the error's first line."""
+
+    def __init__(self, side: str, message: str) -> None:
+        super().__init__(f"{side} side: {message}")
+        self.side = side
+        self.message = message
+
+
+def _is_fatal_cuda_error(exc: BaseException) -> bool:
+    text = str(exc)
+    accelerator_error = getattr(torch, "AcceleratorError", ())
+    return (accelerator_error and isinstance(exc, accelerator_error)) or "CUDA error" in text or "device-side assert" in text
+
+
+def _raise_if_context_lost(side: str, exc: BaseException | None) -> None:
+    """Sync once and turn a fatal CUDA error (now, or reported late by the
+    sync: kernels fail asynchronously) into CudaContextLost."""
+    if exc is not None and _is_fatal_cuda_error(exc):
+        raise CudaContextLost(side, Raised.of(exc).message) from exc
+    try:
+        torch.cuda.synchronize()
+    except Exception as late:  # noqa: BLE001 -- any error here is the context's
+        raise CudaContextLost(side, Raised.of(late).message) from late
+
+
 def run_side(target: Target, side: str, spec: dict) -> SideResult:
     impl = target.impl(side)
     try:
@@ -55,11 +83,14 @@ def run_side(target: Target, side: str, spec: dict) -> SideResult:
         # Start from an idle device so the tally only sees this call's syncs.
         torch.cuda.synchronize()
     result = SideResult()
+    error: Exception | None = None
     with counting_syncs(on_cuda) as tally:
         try:
             result.value = thunk()
         except Exception as exc:
-            result.raised = Raised.of(exc)
+            result.raised, error = Raised.of(exc), exc
+    if on_cuda:
+        _raise_if_context_lost(side, error)
     if tally is not None:
         result.syncs, result.allowed_syncs = tally.total, tally.allowed
     return result

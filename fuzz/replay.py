@@ -50,9 +50,13 @@ def choose_device(payload: dict, override: str | None) -> str:
     return device
 
 
-def replay_file(path: str, device_override: str | None = None, timeout: float | None = 600) -> ReplayResult:
+def replay_file(path: str, device_override: str | None = None, timeout: float | None = None) -> ReplayResult:
     """Validate ``path`` here, run it in a child process, return what happened."""
     payload = load_repro(path)
+    if timeout is None:
+        # A saved hang waits twice its watchdog; everything else up to 10 min.
+        saved = payload.get("example_timeout")
+        timeout = 2 * float(saved) if isinstance(saved, (int, float)) and saved > 0 else 600.0
     from fuzz.targets import lookup
 
     extra = [payload["target_module"]] if payload.get("target_module") else []
@@ -66,12 +70,14 @@ def replay_file(path: str, device_override: str | None = None, timeout: float | 
             capture_output=True, text=True, env=env, timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        return ReplayResult(verdict="hang", device=device, mismatches=[], crashed=f"no result within {timeout} s")
+        return ReplayResult(verdict="hang", device=device, mismatches=[], crashed=f"no result within {timeout:g} s")
     for line in child.stdout.splitlines():
         if line.startswith(_RESULT_MARK):
             data = json.loads(line[len(_RESULT_MARK):])
             if "fuzzer_error" in data:
                 raise HarnessError(data["fuzzer_error"])
+            if "crash" in data:
+                return ReplayResult(verdict="crash", device=device, mismatches=[], crashed=data["crash"])
             return ReplayResult(verdict=data["verdict"], device=device, mismatches=data["mismatches"])
     tail = (child.stderr.strip().splitlines() or ["(no output)"])[-1]
     how = f"signal {-child.returncode}" if child.returncode < 0 else f"exit code {child.returncode}"
@@ -79,7 +85,7 @@ def replay_file(path: str, device_override: str | None = None, timeout: float | 
 
 
 def _child(path: str, device: str) -> int:
-    from fuzz.execute import run_example
+    from fuzz.execute import CudaContextLost, run_example
     from fuzz.targets import lookup
 
     payload = load_repro(path)
@@ -88,6 +94,9 @@ def _child(path: str, device: str) -> int:
     spec = dict(payload["input"], device=device)
     try:
         result = run_example(target, spec)
+    except CudaContextLost as lost:
+        print(_RESULT_MARK + json.dumps({"crash": f"CUDA context lost: {lost}"}), flush=True)
+        return 0
     except HarnessError as exc:
         print(_RESULT_MARK + json.dumps({"fuzzer_error": str(exc)}), flush=True)
         return 3

@@ -1,4 +1,9 @@
-"""What a run tells its user: progress lines, the summary table, JSON report."""
+"""What a run tells its user: progress lines, the summary table, JSON report.
+
+Everything here works on *target entries*: the JSON-able summary of one
+target's run (``outcome_entry``). An isolated worker process sends exactly
+that back to the parent, so in-process and isolated runs report alike.
+"""
 
 from __future__ import annotations
 
@@ -6,77 +11,16 @@ import json
 import os
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Iterable, TextIO
 
+from fuzz.compare import Verdict
+from fuzz.execute import ExampleResult
 from fuzz.runner import DeviceTally, TargetOutcome
 from fuzz.versions import versions
 
 REPORT_FORMAT = "syncfuzz-report/1"
-
-
-def _syncs(counter: Any) -> str:
-    if not counter:
-        return "-"
-    return str(max(counter)) if len(counter) == 1 else f"{min(counter)}..{max(counter)}"
-
-
-def sync_column(tally: DeviceTally) -> str:
-    if not tally.legacy_syncs and not tally.optimized_syncs:
-        return "-"
-    return f"{_syncs(tally.legacy_syncs)} -> {_syncs(tally.optimized_syncs)}"
-
-
-def progress_printer(stream: TextIO = sys.stderr):
-    """A callback printing one line per target (and per budget chunk)."""
-
-    def show(outcome: TargetOutcome, done: bool) -> None:
-        state = outcome.verdict.value if done or outcome.failures else "running"
-        if outcome.skipped and done:
-            stream.write(f"[fuzz] {outcome.target.name}: skipped ({outcome.skipped})\n")
-            return
-        stream.write(f"[fuzz] {outcome.target.name}: {outcome.examples} examples, {state}\n")
-        stream.flush()
-
-    return show
-
-
-def summary_table(outcomes: list[TargetOutcome]) -> str:
-    header = ("target", "device", "examples", "agree", "both-raised", "verdict", "syncs legacy->optimized")
-    rows = [header]
-    for outcome in outcomes:
-        if outcome.skipped:
-            rows.append((outcome.target.name, "-", "0", "-", "-", "skipped", outcome.skipped))
-            continue
-        for device, tally in outcome.tallies.items():
-            verdict = "agree"
-            if outcome.harness_error:
-                verdict = "fuzzer-error"
-            elif outcome.verdict_on(device).failed:
-                verdict = outcome.verdict_on(device).value + (" (flaky)" if outcome.flaky else "")
-            rows.append((outcome.target.name, device, str(tally.examples), str(tally.verdicts.get("agree", 0)),
-                         str(tally.both_raised), verdict, sync_column(tally)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def failure_lines(outcomes: list[TargetOutcome]) -> list[str]:
-    lines = []
-    for outcome in outcomes:
-        if outcome.harness_error:
-            lines.append(f"FUZZER BUG in {outcome.target.name}: {outcome.harness_error}")
-        saved = outcome.repro_paths or [None] * len(outcome.failures)
-        for result, path in zip(outcome.failures, saved):
-            lines.append(f"{result.verdict.value.upper()} in {outcome.target.name} on {result.device}"
-                         + (" (flaky)" if outcome.flaky else ""))
-            lines.append(f"  minimal input: {json.dumps(result.spec)}")
-            for mismatch in result.mismatches:
-                lines.append(f"  at {mismatch.path or '<output>'} ({mismatch.what}): {mismatch.detail}")
-            if path:
-                lines.append(f"  saved: {path}  (replay: python -m fuzz replay {path})")
-    return lines
 
 
 def tally_json(tally: DeviceTally) -> dict:
@@ -91,41 +35,119 @@ def tally_json(tally: DeviceTally) -> dict:
     }
 
 
-def report_json(outcomes: list[TargetOutcome], *, run: dict, exit_code: int) -> dict:
-    targets = []
-    for outcome in outcomes:
-        entry: dict[str, Any] = {
-            "name": outcome.target.name,
-            "upstream": list(outcome.target.upstream),
-            "devices": list(outcome.devices),
-            "expected_optimized_syncs": outcome.target.expected_optimized_syncs,
-            "examples": outcome.examples,
-            "first_failure_at": outcome.first_failure_at,
-            "seconds": round(outcome.seconds, 3),
-            "verdict": "skipped" if outcome.skipped else ("fuzzer-error" if outcome.harness_error else outcome.verdict.value),
-            "flaky": outcome.flaky,
-            "skipped": outcome.skipped,
-            "fuzzer_error": outcome.harness_error,
-            "by_device": {device: tally_json(t) for device, t in outcome.tallies.items()},
-            "failures": [],
-        }
-        saved = outcome.repro_paths or [None] * len(outcome.failures)
-        for failure, path in zip(outcome.failures, saved):
-            entry["failures"].append({
-                "device": failure.device,
-                "verdict": failure.verdict.value,
-                "input": failure.spec,
-                "mismatches": [m.as_json() for m in failure.mismatches],
-                "exceptions": {"legacy": failure.legacy.raised.type_name if failure.legacy.raised else None,
-                               "optimized": failure.optimized.raised.type_name if failure.optimized.raised else None},
-                "repro": str(path) if path else None,
-            })
-        targets.append(entry)
-    return {"format": REPORT_FORMAT, "run": run, "versions": versions(), "exit_code": exit_code, "targets": targets}
+def failure_entry(failure: ExampleResult, repro: Path | str | None) -> dict:
+    return {
+        "device": failure.device,
+        "verdict": failure.verdict.value,
+        "input": failure.spec,
+        "mismatches": [m.as_json() for m in failure.mismatches],
+        "exceptions": {"legacy": failure.legacy.raised.type_name if failure.legacy.raised else None,
+                       "optimized": failure.optimized.raised.type_name if failure.optimized.raised else None},
+        "repro": str(repro) if repro else None,
+    }
 
 
-def write_json(path: Path, payload: dict) -> None:
-    """Atomic write: an interrupted run never leaves half a report."""
+def outcome_entry(outcome: TargetOutcome) -> dict:
+    """One target's run as JSON: the unit of every report."""
+    saved = outcome.repro_paths + [None] * (len(outcome.failures) - len(outcome.repro_paths))
+    failures = sorted(zip(outcome.failures, saved), key=lambda pair: -pair[0].verdict.severity)
+    verdict = "skipped" if outcome.skipped else ("fuzzer-error" if outcome.harness_error else outcome.verdict.value)
+    return {
+        "name": outcome.target.name,
+        "upstream": list(outcome.target.upstream),
+        "devices": list(outcome.devices),
+        "expected_optimized_syncs": outcome.target.expected_optimized_syncs,
+        "examples": outcome.examples,
+        "first_failure_at": outcome.first_failure_at,
+        "seconds": round(outcome.seconds, 3),
+        "verdict": verdict,
+        "flaky": outcome.flaky,
+        "skipped": outcome.skipped,
+        "fuzzer_error": outcome.harness_error,
+        "by_device": {device: tally_json(t) for device, t in outcome.tallies.items()},
+        "failures": [failure_entry(f, p) for f, p in failures],
+    }
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    order = {v.value: v.severity for v in Verdict}
+    return max(verdicts, key=lambda v: order.get(v, 0), default=Verdict.AGREE.value)
+
+
+def _sync_range(histogram: dict[str, int]) -> str:
+    if not histogram:
+        return "-"
+    counts = sorted(int(k) for k in histogram)
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}..{counts[-1]}"
+
+
+def sync_column(device_entry: dict) -> str:
+    syncs = device_entry["syncs_per_call"]
+    if not syncs["legacy"] and not syncs["optimized"]:
+        return "-"
+    return f"{_sync_range(syncs['legacy'])} -> {_sync_range(syncs['optimized'])}"
+
+
+def progress_printer(stream: TextIO = sys.stderr):
+    """A callback printing one line per target (and every few seconds for long ones)."""
+
+    def show(outcome: TargetOutcome, done: bool) -> None:
+        if done:
+            return  # the run announces finished targets itself
+        state = outcome.verdict.value if outcome.failures else "running"
+        stream.write(f"[fuzz] {outcome.target.name}: {outcome.examples} examples so far, {state}\n")
+        stream.flush()
+
+    return show
+
+
+def summary_table(entries: list[dict]) -> str:
+    header = ("target", "device", "examples", "agree", "both-raised", "verdict", "syncs legacy->optimized")
+    rows = [header]
+    for entry in entries:
+        if entry["skipped"]:
+            rows.append((entry["name"], "-", "0", "-", "-", "skipped", entry["skipped"]))
+            continue
+        for device, tally in entry["by_device"].items():
+            verdict = worst(f["verdict"] for f in entry["failures"] if f["device"] == device)
+            if entry["fuzzer_error"]:
+                verdict = "fuzzer-error"
+            elif entry["flaky"] and verdict != "agree":
+                verdict += " (flaky)"
+            rows.append((entry["name"], device, str(tally["examples"]), str(tally["verdicts"].get("agree", 0)),
+                         str(tally["both_raised"]), verdict, sync_column(tally)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def failure_lines(entries: list[dict]) -> list[str]:
+    lines = []
+    for entry in entries:
+        if entry["fuzzer_error"]:
+            lines.append(f"FUZZER BUG in {entry['name']}: {entry['fuzzer_error']}")
+        for failure in entry["failures"]:
+            lines.append(f"{failure['verdict'].upper()} in {entry['name']} on {failure['device']}"
+                         + (" (flaky)" if entry["flaky"] else ""))
+            # Crashing inputs are journaled, not shrunk.
+            label = "input" if failure["verdict"] in ("crash", "hang") else "minimal input"
+            lines.append(f"  {label}: {json.dumps(failure['input'])}")
+            for mismatch in failure["mismatches"]:
+                lines.append(f"  at {mismatch['path']} ({mismatch['what']}): {mismatch['detail']}")
+            if failure["repro"]:
+                lines.append(f"  saved: {failure['repro']}  (replay: python -m fuzz replay {failure['repro']})")
+    return lines
+
+
+def report_json(entries: list[dict], *, run: dict, exit_code: int) -> dict:
+    totals = Counter(f["verdict"] for e in entries for f in e["failures"])
+    return {"format": REPORT_FORMAT, "run": run, "versions": versions(), "exit_code": exit_code,
+            "failures_by_verdict": dict(totals), "targets": entries}
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """Atomic write: an interrupted run never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     with os.fdopen(fd, "w") as handle:

@@ -25,9 +25,14 @@ from hypothesis.errors import Flaky
 from fuzz.compare import Verdict
 from fuzz.devices import devices_for
 from fuzz.errors import HarnessError
-from fuzz.execute import ExampleResult, run_example
+from fuzz.compare import Mismatch
+from fuzz.execute import CudaContextLost, ExampleResult, run_example
+from fuzz.outcome import SideResult
 from fuzz.repro import repro_payload, save_repro
 from fuzz.targets import Target
+
+if False:  # typing only; fuzz.isolation imports this module
+    from fuzz.isolation import Isolation
 
 BUDGET_CHUNK = 100  # examples per Hypothesis call under --budget
 PROGRESS_EVERY = 5.0  # seconds between progress lines of a long-running target
@@ -103,7 +108,7 @@ class TargetOutcome:
     tallies: dict[str, DeviceTally] = field(default_factory=dict)
     failures: list[ExampleResult] = field(default_factory=list)
     flaky: bool = False
-    repro_paths: list[Path] = field(default_factory=list)
+    repro_paths: list[Path | None] = field(default_factory=list)  # parallel to failures
     skipped: str | None = None
     harness_error: str | None = None
     first_failure_at: int | None = None  # examples run when the first failure was seen
@@ -133,6 +138,18 @@ class RunOptions:
     corpus: Path | None = None
     target_module: Callable[[Target], str | None] = lambda target: None
     progress: Callable[[TargetOutcome, bool], None] | None = None
+    first_chunk: int = 0  # a restarted worker continues with fresh seeds
+    # Isolation hooks (fuzz/isolation.py): journal each example before it
+    # runs, snapshot the outcome after each chunk, and end the process when
+    # its CUDA context is lost.
+    before_example: Callable[[dict, TargetOutcome], None] | None = None
+    after_chunk: Callable[[TargetOutcome], None] | None = None
+    on_context_lost: Callable[[dict, CudaContextLost], None] | None = None
+
+
+class _StopTarget(BaseException):
+    """Leaves Hypothesis at once (no shrinking): this process's CUDA context
+    is gone, so no further example can run in it."""
 
 
 def _database_key(target: Target, contract: str) -> bytes:
@@ -213,7 +230,15 @@ def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> 
             # Share of the budget spent: let Hypothesis wind down. Never once a
             # failure is being shrunk, or its final re-run would look flaky.
             return
-        result = run_example(target, spec)
+        if options.before_example:
+            options.before_example(spec, outcome)
+        try:
+            result = run_example(target, spec)
+        except CudaContextLost as lost:
+            if options.on_context_lost:
+                options.on_context_lost(spec, lost)  # ends the process
+            outcome.failures.append(crash_result(spec, f"CUDA context lost: {lost}"))
+            raise _StopTarget from lost
         outcome.tallies[result.device].add(result)
         if options.progress and time.monotonic() - last_shown[0] > PROGRESS_EVERY:
             last_shown[0] = time.monotonic()
@@ -224,7 +249,7 @@ def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> 
             last_failure[:] = [result]
             raise failure_type(result)(result)
 
-    chunk = 0
+    chunk = options.first_chunk
     while True:
         if options.budget is None:
             size = max(options.max_examples - outcome.examples, 1)
@@ -232,29 +257,48 @@ def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> 
             size = BUDGET_CHUNK
         test = given(strategy)(check)
         test = hypothesis_seed(_chunk_seed(options.seed, target, chunk) if chunk else options.seed)(test)
+        # Only a run's first chunk replays the corpus; continuations and
+        # restarted workers must not see known failures "pass" and delete them.
         test = _settings(size, _database(options.corpus, reuse=chunk == 0))(test)
         test._hypothesis_internal_database_key = _database_key(target, options.contract)
         before = len(outcome.failures)
+        stop = False
         try:
             test()
+        except _StopTarget:
+            stop = True
         except BaseException as raised:  # noqa: BLE001 -- sorted below, the rest re-raised
             _collect(raised, outcome, last_failure)
         new = outcome.failures[before:]
         known.update(f.signature for f in new)
+        _save(new, target, options, outcome)
+        if options.after_chunk:
+            options.after_chunk(outcome)
         chunk += 1
-        if outcome.harness_error:
+        if outcome.harness_error or stop:
             break
         if options.budget is None and (not new or outcome.examples >= options.max_examples):
             break
         if deadline is not None and time.monotonic() >= deadline:
             break
     outcome.seconds = time.monotonic() - started
-    if options.corpus is not None:
-        for failure in outcome.failures:
+    return outcome
+
+
+def crash_result(spec: dict, detail: str, verdict: Verdict = Verdict.CRASH) -> ExampleResult:
+    """A failure no comparison produced: the example killed or hung its process."""
+    return ExampleResult(spec, verdict, [Mismatch("", verdict.value, detail)], SideResult(), SideResult())
+
+
+def _save(failures: list[ExampleResult], target: Target, options: RunOptions, outcome: TargetOutcome) -> None:
+    """Save repro files as soon as failures are known: a later crash must not lose them."""
+    for failure in failures:
+        path = None
+        if options.corpus is not None:
             payload = repro_payload(target, failure, seed=options.seed, contract=options.contract,
                                     target_module=options.target_module(target), flaky=outcome.flaky)
-            outcome.repro_paths.append(save_repro(options.corpus / "failures", payload))
-    return outcome
+            path = save_repro(options.corpus / "failures", payload)
+        outcome.repro_paths.append(path)
 
 
 def _collect(raised: BaseException, outcome: TargetOutcome, last_failure: list[ExampleResult]) -> None:
@@ -278,20 +322,37 @@ def _collect(raised: BaseException, outcome: TargetOutcome, last_failure: list[E
             unexpected.append(leaf)
     if unexpected:
         raise raised
-    outcome.failures.sort(key=lambda f: -f.verdict.severity)
 
 
-def fuzz_all(targets: list[Target], options: RunOptions) -> list[TargetOutcome]:
-    """Fuzz every target; a budget is shared fairly, unspent time rolls over."""
-    outcomes = []
+def fuzz_all(targets: list[Target], options: RunOptions, isolation: "Isolation | None" = None) -> list[dict]:
+    """Fuzz every target, in worker processes when ``isolation`` is given;
+    return one report entry per target. A budget is shared fairly and the time
+    a target leaves unused rolls over to the next."""
+    from fuzz.isolation import fuzz_isolated
+    from fuzz.report import outcome_entry
+
+    entries = []
     start = time.monotonic()
     for index, target in enumerate(targets):
         deadline = None
         if options.budget is not None:
             remaining = options.budget - (time.monotonic() - start)
             deadline = time.monotonic() + max(remaining, 0.0) / (len(targets) - index)
-        outcome = fuzz_target(target, options, deadline)
+        if isolation is not None and devices_for(target.devices, options.devices):
+            entry = fuzz_isolated(target, options, deadline, isolation)
+        else:
+            outcome = fuzz_target(target, options, deadline)
+            entry = outcome_entry(outcome)
         if options.progress:
-            options.progress(outcome, True)
-        outcomes.append(outcome)
-    return outcomes
+            _announce(entry)
+        entries.append(entry)
+    return entries
+
+
+def _announce(entry: dict) -> None:
+    import sys
+
+    if entry["skipped"]:
+        sys.stderr.write(f"[fuzz] {entry['name']}: skipped ({entry['skipped']})\n")
+    else:
+        sys.stderr.write(f"[fuzz] {entry['name']}: {entry['examples']} examples, {entry['verdict']}\n")

@@ -1,0 +1,42 @@
+"""DESIGN.md rows 9 and 10: diffusion_gemma's per-slot state stores and its sampler."""
+
+from fuzz.targets import Comparison, Target
+
+DESIGN_ROWS = (9, 10)
+_DG = "vllm/model_executor/models/diffusion_gemma.py"
+
+TARGETS = [
+    Target(
+        name="diffusion-gemma-states",
+        upstream=(
+            f"{_DG}::DiffusionGemmaRequestStates.add_request",
+            f"{_DG}::DiffusionGemmaRequestStates.remove_request",
+            f"{_DG}::DiffusionGemmaRequestStates.init_canvas",
+            f"{_DG}::DiffusionGemmaModelState.add_request",
+        ),
+        legacy="legacy.diffusion_gemma:DiffusionGemmaModelState.add_request",
+        optimized="optimized.diffusion_gemma:DiffusionGemmaModelState.add_request",
+        inputs="strategies.diffusion_gemma:DiffusionStatesInputs",
+        comparison=Comparison(floats="exact"),
+        # fill_() on 0-dim views, a pinned non-blocking slot index, and a
+        # Python-scalar store into a non-0-dim slice (a host-side fill_): none syncs.
+        expected_optimized_syncs=0,
+        description="per-slot fill_() stores and device slot indices, replayed as add/remove/init_canvas sequences",
+    ),
+    Target(
+        name="diffusion-gemma-sampler",
+        upstream=(
+            f"{_DG}::DiffusionSampler.__call__",
+            f"{_DG}::DiffusionSampler._finish_prefills",
+        ),
+        legacy="legacy.diffusion_gemma:DiffusionSampler.__call__",
+        optimized="optimized.diffusion_gemma:DiffusionSampler.__call__",
+        inputs="strategies.diffusion_gemma:DiffusionSamplerInputs",
+        comparison=Comparison(floats="close"),
+        # The decode expansion passes output_size and finished prefills index
+        # with slots staged once, non-blocking; the logprobs branch (which
+        # keeps .any()/.item() reads) is drawn only under the wide contract.
+        expected_optimized_syncs=0,
+        description="repeat_interleave(output_size=host sum) for the top-k/top-p expansion; prefill slots staged once",
+    ),
+]

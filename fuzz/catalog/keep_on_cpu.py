@@ -1,0 +1,97 @@
+"""DESIGN.md row 12: consumers of the multimodal fields PR #52369 marks
+``keep_on_cpu=True`` (legacy gets the field on the device, optimized on the host;
+see strategies/keep_on_cpu.py for the side rule)."""
+
+from fuzz.targets import Comparison, Target
+
+DESIGN_ROWS = (12,)
+_MODELS = "vllm/model_executor/models"
+_ULTRAVOX = f"{_MODELS}/ultravox.py"
+_INTERNS1 = f"{_MODELS}/interns1.py"
+_PHI4MM = f"{_MODELS}/phi4mm.py"
+_KEYE = f"{_MODELS}/keye.py"
+_MM_ATTN = "vllm/model_executor/layers/attention/mm_encoder_attention.py"
+
+TARGETS = [
+    Target(
+        name="keep-on-cpu-ultravox-audio-lens",
+        upstream=(
+            f"{_ULTRAVOX}::UltravoxMultiModalProcessor._get_mm_fields_config",
+            f"{_ULTRAVOX}::UltravoxModel._audio_features_to_embeddings",
+            f"{_ULTRAVOX}::UltravoxWhisperEncoder.forward",
+            f"{_ULTRAVOX}::_build_chunk_attn_metadata",
+            f"{_MM_ATTN}::MMEncoderAttention.compute_max_seqlen",
+            f"{_MM_ATTN}::MMEncoderAttention.maybe_recompute_cu_seqlens",
+            # 0.27.1 names of the same consumer:
+            f"{_ULTRAVOX}::ModifiedWhisperEncoder.forward",
+            f"{_ULTRAVOX}::ModifiedWhisperEncoder.get_attention_mask_by_audio_len",
+        ),
+        legacy="legacy.keep_on_cpu:UltravoxModel._audio_features_to_embeddings",
+        optimized="optimized.keep_on_cpu:UltravoxModel._audio_features_to_embeddings",
+        inputs="strategies.keep_on_cpu:UltravoxAudioLensInputs",
+        # The two versions attend through different metadata (dense mask vs
+        # cu_seqlens segments): same keys per valid query, other summation order.
+        comparison=Comparison(floats="close"),
+        # audio_lens is read on the host (.cpu().numpy()) -- free when it is
+        # kept there; cu_seqlens goes up pinned + non_blocking.
+        expected_optimized_syncs=0,
+        description="audio_lens kept on CPU: encoder cu_seqlens built on the host instead of a device key-padding mask",
+    ),
+    Target(
+        name="keep-on-cpu-interns1-num-patches",
+        upstream=(
+            f"{_INTERNS1}::InternS1MultiModalProcessor._get_mm_fields_config",
+            f"{_INTERNS1}::InternS1ForConditionalGeneration.embed_multimodal",
+            f"{_INTERNS1}::InternS1ForConditionalGeneration._parse_and_validate_image_input",
+            f"{_INTERNS1}::InternS1ForConditionalGeneration._parse_and_validate_video_input",
+            f"{_INTERNS1}::InternS1ForConditionalGeneration._process_vision_input",
+        ),
+        legacy="legacy.keep_on_cpu:InternS1ForConditionalGeneration.embed_multimodal",
+        optimized="optimized.keep_on_cpu:InternS1ForConditionalGeneration.embed_multimodal",
+        inputs="strategies.keep_on_cpu:InternS1NumPatchesInputs",
+        comparison=Comparison(floats="exact"),
+        # token_id .unique().item() and the num_patches split sizes are host reads of CPU tensors.
+        expected_optimized_syncs=0,
+        description="image/video_num_patches and *_token_id kept on CPU: split sizes and token ids read on the host",
+    ),
+    Target(
+        name="keep-on-cpu-phi4mm-image-sizes",
+        upstream=(
+            f"{_PHI4MM}::Phi4MMMultiModalProcessor._get_mm_fields_config",
+            f"{_PHI4MM}::Phi4MMForCausalLM.embed_multimodal",
+            f"{_PHI4MM}::Phi4MMForCausalLM._process_image_input",
+            f"{_PHI4MM}::Phi4MMImageEncoder.forward",
+            f"{_PHI4MM}::stack_with_pad",
+        ),
+        legacy="legacy.keep_on_cpu:Phi4MMForCausalLM.embed_multimodal",
+        optimized="optimized.keep_on_cpu:Phi4MMForCausalLM.embed_multimodal",
+        inputs="strategies.keep_on_cpu:Phi4MMImageSizesInputs",
+        comparison=Comparison(floats="exact"),
+        # Three .item() per image on the (device) attention mask, kept under
+        # gpu_sync_allowed; image_sizes itself is read on the host. The engine
+        # takes one number per call, so this is the bound for the largest batch
+        # the input model draws (PHI4MM_MAX_IMAGES = 3 images).
+        expected_optimized_syncs=9,
+        description="image_sizes kept on CPU: crop counts and slicing from host ints; mask counts under gpu_sync_allowed",
+    ),
+    Target(
+        name="keep-on-cpu-keye-grid-thw",
+        upstream=(
+            f"{_KEYE}::KeyeMultiModalProcessor._get_mm_fields_config",
+            f"{_KEYE}::_keye_field_config",
+            f"{_KEYE}::BaseKeyeModule.embed_multimodal",
+            f"{_KEYE}::BaseKeyeModule._process_image_input",
+            f"{_KEYE}::BaseKeyeModule._process_video_embeds",
+            f"{_KEYE}::KeyeForConditionalGeneration._process_video_input",
+            f"{_KEYE}::Projector.forward",
+        ),
+        legacy="legacy.keep_on_cpu:KeyeForConditionalGeneration.embed_multimodal",
+        optimized="optimized.keep_on_cpu:KeyeForConditionalGeneration.embed_multimodal",
+        inputs="strategies.keep_on_cpu:KeyeGridThwInputs",
+        comparison=Comparison(floats="exact"),
+        # grid .tolist()/.cpu() and the projector's reshape sizes read CPU
+        # tensors; host-built ids go up non_blocking / pinned.
+        expected_optimized_syncs=0,
+        description="image/video_grid_thw kept on CPU: grid read on the host for ids, cu_seqlens and the projector reshape",
+    ),
+]

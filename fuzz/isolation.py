@@ -1,0 +1,270 @@
+"""Crash isolation: each target runs in a worker process the parent watches.
+
+Before each example the worker journals its input spec to disk. If the worker
+dies (device-side assert that killed its CUDA context, segfault, abort) or an
+example outruns the watchdog, the parent reads the journal, records a
+``crash``/``hang`` failure with that input as a repro file, starts a fresh
+worker on fresh seeds and carries on with the remaining examples and targets.
+A worker whose CUDA context is lost journals why and exits with
+``EXIT_CONTEXT_LOST``; any other death is read from its exit status.
+
+Crashing inputs are not shrunk (each shrink step would cost a process); the
+journaled input is the one that crashed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from fuzz.compare import Verdict
+from fuzz.report import outcome_entry, write_json
+from fuzz.repro import repro_payload, save_repro
+from fuzz.runner import RunOptions, TargetOutcome, crash_result, fuzz_target
+from fuzz.targets import Target, lookup
+
+EXIT_CONTEXT_LOST = 86
+STARTUP_ALLOWANCE = 120.0  # seconds for a worker to import torch and reach its first example
+SNAPSHOT_EVERY = 2.0  # seconds between outcome snapshots in the journal
+
+
+@dataclass
+class Isolation:
+    example_timeout: float = 120.0
+    max_restarts: int = 3  # per target: one that keeps crashing must not eat the run
+    workdir: Path | None = None  # journals and results; a temporary folder if None
+
+
+# ---------------------------------------------------------------- worker side
+
+def _worker(args_path: str) -> int:
+    args = json.loads(Path(args_path).read_text())
+    extra = [args["target_module"]] if args.get("target_module") else []
+    (target,) = lookup([args["target"]], extra)
+    journal = Path(args["journal"])
+    last_snapshot = [0.0]
+
+    def snapshot(outcome: TargetOutcome, force: bool = False) -> None:
+        # Every example while the run is young (crashes tend to come early),
+        # then every few seconds: a crash loses at most that much tally.
+        if force or outcome.examples < 100 or time.monotonic() - last_snapshot[0] > SNAPSHOT_EVERY:
+            last_snapshot[0] = time.monotonic()
+            write_json(journal.with_suffix(".snapshot.json"), outcome_entry(outcome))
+
+    def before_example(spec: dict, outcome: TargetOutcome) -> None:
+        # Plain overwrite, no fsync: a dying process keeps what it wrote.
+        journal.write_text(json.dumps({"spec": spec, "started": time.time()}))
+        snapshot(outcome)
+
+    def on_context_lost(spec: dict, lost: Exception) -> None:
+        journal.write_text(json.dumps({"spec": spec, "started": time.time(), "fatal": f"CUDA context lost: {lost}"}))
+        sys.stderr.flush()
+        os._exit(EXIT_CONTEXT_LOST)
+
+    deadline = time.monotonic() + args["seconds_left"] if args.get("seconds_left") is not None else None
+    options = RunOptions(
+        devices=tuple(args["devices"]), seed=args["seed"], contract=args["contract"],
+        max_examples=args.get("max_examples"), budget=args.get("budget"),
+        corpus=Path(args["corpus"]) if args.get("corpus") else None,
+        target_module=lambda t: args.get("target_module"), first_chunk=args["first_chunk"],
+        before_example=before_example, after_chunk=lambda o: snapshot(o, force=True),
+        on_context_lost=on_context_lost,
+        progress=_progress_to_stderr(),
+    )
+    outcome = fuzz_target(target, options, deadline)
+    write_json(Path(args["result"]), outcome_entry(outcome))
+    return 0
+
+
+def _progress_to_stderr():
+    from fuzz.report import progress_printer
+
+    return progress_printer(sys.stderr)
+
+
+# ---------------------------------------------------------------- parent side
+
+def _death(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"worker killed by {name}"
+    return f"worker exited with status {returncode}"
+
+
+def _merge(total: dict | None, part: dict) -> dict:
+    """Add one worker's entry to the target's running entry."""
+    if total is None:
+        return part
+    total["examples"] += part["examples"]
+    total["seconds"] = round(total["seconds"] + part["seconds"], 3)
+    total["flaky"] = total["flaky"] or part["flaky"]
+    total["fuzzer_error"] = total["fuzzer_error"] or part["fuzzer_error"]
+    if total["first_failure_at"] is None and part["first_failure_at"] is not None:
+        total["first_failure_at"] = part["first_failure_at"]
+    for device, tally in part["by_device"].items():
+        into = total["by_device"].setdefault(device, tally)
+        if into is tally:
+            continue
+        into["examples"] += tally["examples"]
+        into["both_raised"] += tally["both_raised"]
+        for verdict, count in tally["verdicts"].items():
+            into["verdicts"][verdict] = into["verdicts"].get(verdict, 0) + count
+        for side in ("legacy", "optimized"):
+            for syncs, count in tally["syncs_per_call"][side].items():
+                into["syncs_per_call"][side][syncs] = into["syncs_per_call"][side].get(syncs, 0) + count
+    signatures = {(f["verdict"], json.dumps(f["mismatches"]), json.dumps(f["exceptions"])) for f in total["failures"]}
+    for failure in part["failures"]:
+        key = (failure["verdict"], json.dumps(failure["mismatches"]), json.dumps(failure["exceptions"]))
+        if key not in signatures:
+            total["failures"].append(failure)
+    return total
+
+
+def _pump(stream, keep: deque) -> None:
+    """Echo a worker's stderr (progress lines) and keep its tail for crash reports."""
+    for line in iter(stream.readline, ""):
+        keep.append(line.rstrip())
+        sys.stderr.write(line)
+    stream.close()
+
+
+def fuzz_isolated(target: Target, options: RunOptions, deadline: float | None, isolation: Isolation) -> dict:
+    """Fuzz ``target`` in worker processes; return its report entry."""
+    workdir = isolation.workdir or Path(tempfile.mkdtemp(prefix="syncfuzz-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    journal = workdir / f"{target.name}.journal.json"
+    total: dict | None = None
+    seen_crashes: set[tuple[str, str]] = set()
+    for attempt in range(isolation.max_restarts + 1):
+        done = total["examples"] if total else 0
+        if options.max_examples is not None and total and done >= options.max_examples:
+            break
+        if deadline is not None and total and time.monotonic() >= deadline:
+            break
+        for stale in (journal, journal.with_suffix(".snapshot.json"), workdir / f"{target.name}.result.json"):
+            stale.unlink(missing_ok=True)
+        args = {
+            "target": target.name, "target_module": options.target_module(target),
+            "devices": list(options.devices), "seed": options.seed, "contract": options.contract,
+            "max_examples": None if options.max_examples is None else options.max_examples - done,
+            "budget": options.budget, "seconds_left": None if deadline is None else deadline - time.monotonic(),
+            "corpus": str(options.corpus) if options.corpus else None,
+            "journal": str(journal), "result": str(workdir / f"{target.name}.result.json"),
+            "first_chunk": attempt * 1_000_000,
+        }
+        args_path = workdir / f"{target.name}.args.json"
+        args_path.write_text(json.dumps(args))
+        part, crash = _run_worker(args_path, journal, workdir / f"{target.name}.result.json", isolation)
+        total = _merge(total, part)
+        if crash is None:
+            break
+        spec, verdict, detail = crash
+        more = attempt < isolation.max_restarts
+        sys.stderr.write(f"[fuzz] {target.name}: {verdict.value} ({detail})"
+                         + ("; starting a fresh worker\n" if more else "; no restarts left for this target\n"))
+        signature = (verdict.value, detail.split(";")[0])
+        if signature in seen_crashes:
+            _count_crash(total, spec, verdict)  # the same crash again: counted, saved once
+            continue
+        seen_crashes.add(signature)
+        failure = crash_result(spec, detail, verdict)
+        path = None
+        if options.corpus is not None:
+            payload = repro_payload(target, failure, seed=options.seed, contract=options.contract,
+                                    target_module=options.target_module(target))
+            payload["example_timeout"] = isolation.example_timeout
+            path = save_repro(options.corpus / "failures", payload)
+        from fuzz.report import failure_entry
+
+        total["failures"].append(failure_entry(failure, path))
+        _count_crash(total, spec, verdict)
+    assert total is not None
+    total["verdict"] = "skipped" if total["skipped"] else (
+        "fuzzer-error" if total["fuzzer_error"] else _worst([f["verdict"] for f in total["failures"]]))
+    return total
+
+
+def _count_crash(total: dict, spec: dict, verdict: Verdict) -> None:
+    total["examples"] += 1
+    tally = total["by_device"].setdefault(spec["device"], {"examples": 0, "verdicts": {}, "both_raised": 0,
+                                                            "syncs_per_call": {"legacy": {}, "optimized": {}}})
+    tally["examples"] += 1
+    tally["verdicts"][verdict.value] = tally["verdicts"].get(verdict.value, 0) + 1
+    if total["first_failure_at"] is None:
+        total["first_failure_at"] = total["examples"]
+
+
+def _worst(verdicts: list[str]) -> str:
+    from fuzz.report import worst
+
+    return worst(verdicts)
+
+
+def _run_worker(args_path: Path, journal: Path, result: Path,
+                isolation: Isolation) -> tuple[dict, tuple[dict, Verdict, str] | None]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    process = subprocess.Popen([sys.executable, "-m", "fuzz.isolation", str(args_path)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    tail: deque = deque(maxlen=20)
+    pump = threading.Thread(target=_pump, args=(process.stderr, tail), daemon=True)
+    pump.start()
+    spawned = time.time()
+    hung = False
+    while process.poll() is None:
+        time.sleep(0.1)
+        started = _journal(journal).get("started")
+        limit = isolation.example_timeout if started else STARTUP_ALLOWANCE
+        if time.time() - (started or spawned) > limit:
+            hung = True
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    pump.join(timeout=5)
+    if process.returncode == 0 and result.exists() and not hung:
+        return json.loads(result.read_text()), None
+    snapshot = journal.with_suffix(".snapshot.json")
+    part = json.loads(snapshot.read_text()) if snapshot.exists() else _empty_entry(args_path)
+    record = _journal(journal)
+    if "spec" not in record:
+        # Nothing ran: an import or set-up failure is the fuzzer's, not a verdict.
+        part["fuzzer_error"] = (f"worker died before its first example ({_death(process.returncode)}): "
+                                f"{tail[-1] if tail else '(no output)'}")
+        return part, None
+    if hung:
+        return part, (record["spec"], Verdict.HANG, f"example ran past the {isolation.example_timeout:g} s watchdog")
+    if process.returncode == EXIT_CONTEXT_LOST and "fatal" in record:
+        return part, (record["spec"], Verdict.CRASH, record["fatal"])
+    last = next((line for line in reversed(tail) if line.strip()), "(no output)")
+    return part, (record["spec"], Verdict.CRASH, f"{_death(process.returncode)}; last output: {last[:300]}")
+
+
+def _journal(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _empty_entry(args_path: Path) -> dict:
+    args = json.loads(args_path.read_text())
+    extra = [args["target_module"]] if args.get("target_module") else []
+    (target,) = lookup([args["target"]], extra)
+    return outcome_entry(TargetOutcome(target, tuple(args["devices"])))
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1]))

@@ -1,0 +1,49 @@
+"""Targets whose optimized side kills or hangs its process on some inputs.
+
+They stand in for a CUDA device-side assert, a segfault in an extension or a
+deadlock, so the isolation layer can be tested on a CPU-only host. Each
+misbehaves once ``cu_seqlens`` holds three or more sequences and otherwise
+returns the real optimized result. Registered with
+``SYNCFUZZ_TARGET_MODULES=tests.crashers``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import time
+
+import torch
+
+from fuzz.catalog import TARGETS as CATALOG
+from optimized.fla_index import prepare_chunk_offsets
+
+
+def _trips(cu_seqlens: torch.Tensor) -> bool:
+    return cu_seqlens.numel() > 3
+
+
+def aborting(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    if _trips(cu_seqlens):
+        os.abort()
+    return prepare_chunk_offsets(cu_seqlens, chunk_size)
+
+
+def segfaulting(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    if _trips(cu_seqlens):
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return prepare_chunk_offsets(cu_seqlens, chunk_size)
+
+
+def hanging(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    if _trips(cu_seqlens):
+        time.sleep(3600)
+    return prepare_chunk_offsets(cu_seqlens, chunk_size)
+
+
+_BASE = {t.name: t for t in CATALOG}["fla-chunk-offsets"]
+TARGETS = [
+    dataclasses.replace(_BASE, name=f"crasher-{kind}", optimized=f"tests.crashers:{function}")
+    for kind, function in (("abort", "aborting"), ("segfault", "segfaulting"), ("hang", "hanging"))
+]
