@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="watchdog: an example running longer is a hang (default 120)")
     run.add_argument("--max-restarts", type=int, default=3, metavar="N",
                      help="fresh workers per target after a crash or hang (default 3)")
+    run.add_argument("--stress", action="store_true",
+                     help="async-hazard stress: optimized side behind a sleeping CUDA stream, host inputs "
+                          "poisoned as soon as it returns")
     run.add_argument("--in-process", action="store_true",
                      help="no worker processes: faster start, but a crash or hang ends the run")
 
@@ -137,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     builtin = _builtin_names()
     options = RunOptions(
         devices=devices, seed=seed, contract=args.contract, max_examples=max_examples, budget=args.budget,
-        corpus=corpus, target_module=lambda t: None if t.name in builtin else _module_of(t),
+        corpus=corpus, stress=args.stress, target_module=lambda t: None if t.name in builtin else _module_of(t),
         progress=None if args.quiet else progress_printer(),
     )
     if "cuda" not in devices:

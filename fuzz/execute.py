@@ -15,6 +15,7 @@ import torch
 from fuzz.compare import Mismatch, Verdict, judge
 from fuzz.errors import FuzzError, HarnessError
 from fuzz.outcome import Raised, SideResult
+from fuzz.stress import call_under_stress
 from fuzz.syncs import counting_syncs
 from fuzz.targets import Target
 
@@ -72,7 +73,7 @@ def _raise_if_context_lost(side: str, exc: BaseException | None) -> None:
         raise CudaContextLost(side, Raised.of(late).message) from late
 
 
-def run_side(target: Target, side: str, spec: dict) -> SideResult:
+def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> SideResult:
     impl = target.impl(side)
     try:
         thunk = target.input_model().materialize(spec, impl)
@@ -86,19 +87,21 @@ def run_side(target: Target, side: str, spec: dict) -> SideResult:
     error: Exception | None = None
     with counting_syncs(on_cuda) as tally:
         try:
-            result.value = thunk()
+            result.value = call_under_stress(thunk, on_cuda) if stress else thunk()
         except Exception as exc:
             result.raised, error = Raised.of(exc), exc
     if on_cuda:
         _raise_if_context_lost(side, error)
     if tally is not None:
-        result.syncs, result.allowed_syncs = tally.total, tally.allowed
+        result.syncs, result.allowed_syncs, result.hidden_syncs = tally.total, tally.allowed, tally.hidden
     return result
 
 
-def run_example(target: Target, spec: dict) -> ExampleResult:
+def run_example(target: Target, spec: dict, stress: bool = False, contract: str = "caller") -> ExampleResult:
+    """Both sides on fresh inputs; under ``stress`` the optimized side runs
+    behind a sleeping stream with its host inputs poisoned on return."""
     legacy = run_side(target, "legacy", spec)
-    optimized = run_side(target, "optimized", spec)
+    optimized = run_side(target, "optimized", spec, stress=stress)
     expected = target.expected_optimized_syncs if spec["device"].startswith("cuda") else None
-    verdict, mismatches = judge(legacy, optimized, target.comparison, expected)
+    verdict, mismatches = judge(legacy, optimized, target.comparison, expected, contract)
     return ExampleResult(spec, verdict, mismatches, legacy, optimized)

@@ -76,6 +76,7 @@ def _worker(args_path: str) -> int:
         max_examples=args.get("max_examples"), budget=args.get("budget"),
         corpus=Path(args["corpus"]) if args.get("corpus") else None,
         target_module=lambda t: args.get("target_module"), first_chunk=args["first_chunk"],
+        stress=args.get("stress", False),
         before_example=before_example, after_chunk=lambda o: snapshot(o, force=True),
         on_context_lost=on_context_lost,
         progress=_progress_to_stderr(),
@@ -121,9 +122,11 @@ def _merge(total: dict | None, part: dict) -> dict:
         into["both_raised"] += tally["both_raised"]
         for verdict, count in tally["verdicts"].items():
             into["verdicts"][verdict] = into["verdicts"].get(verdict, 0) + count
-        for side in ("legacy", "optimized"):
-            for syncs, count in tally["syncs_per_call"][side].items():
-                into["syncs_per_call"][side][syncs] = into["syncs_per_call"][side].get(syncs, 0) + count
+        for histogram in ("syncs_per_call", "hidden_syncs_per_call"):
+            for side in ("legacy", "optimized"):
+                into_side = into.setdefault(histogram, {}).setdefault(side, {})
+                for syncs, count in tally.get(histogram, {}).get(side, {}).items():
+                    into_side[syncs] = into_side.get(syncs, 0) + count
     signatures = {(f["verdict"], json.dumps(f["mismatches"]), json.dumps(f["exceptions"])) for f in total["failures"]}
     for failure in part["failures"]:
         key = (failure["verdict"], json.dumps(failure["mismatches"]), json.dumps(failure["exceptions"]))
@@ -162,7 +165,7 @@ def fuzz_isolated(target: Target, options: RunOptions, deadline: float | None, i
             "budget": options.budget, "seconds_left": None if deadline is None else deadline - time.monotonic(),
             "corpus": str(options.corpus) if options.corpus else None,
             "journal": str(journal), "result": str(workdir / f"{target.name}.result.json"),
-            "first_chunk": attempt * 1_000_000,
+            "first_chunk": attempt * 1_000_000, "stress": options.stress,
         }
         args_path = workdir / f"{target.name}.args.json"
         args_path.write_text(json.dumps(args))
@@ -183,7 +186,7 @@ def fuzz_isolated(target: Target, options: RunOptions, deadline: float | None, i
         path = None
         if options.corpus is not None:
             payload = repro_payload(target, failure, seed=options.seed, contract=options.contract,
-                                    target_module=options.target_module(target))
+                                    target_module=options.target_module(target), stress=options.stress)
             payload["example_timeout"] = isolation.example_timeout
             path = save_repro(options.corpus / "failures", payload)
         from fuzz.report import failure_entry
@@ -198,8 +201,10 @@ def fuzz_isolated(target: Target, options: RunOptions, deadline: float | None, i
 
 def _count_crash(total: dict, spec: dict, verdict: Verdict) -> None:
     total["examples"] += 1
+    empty = {"legacy": {}, "optimized": {}}
     tally = total["by_device"].setdefault(spec["device"], {"examples": 0, "verdicts": {}, "both_raised": 0,
-                                                            "syncs_per_call": {"legacy": {}, "optimized": {}}})
+                                                            "syncs_per_call": dict(empty),
+                                                            "hidden_syncs_per_call": dict(empty)})
     tally["examples"] += 1
     tally["verdicts"][verdict.value] = tally["verdicts"].get(verdict.value, 0) + 1
     if total["first_failure_at"] is None:

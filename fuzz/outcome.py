@@ -32,6 +32,7 @@ class SideResult:
     raised: Raised | None = None
     syncs: int | None = None
     allowed_syncs: int | None = None
+    hidden_syncs: int | None = None
     extra: dict = field(default_factory=dict)
 
     @property

@@ -93,7 +93,7 @@ def _child(path: str, device: str) -> int:
     (target,) = lookup([payload["target"]], extra)
     spec = dict(payload["input"], device=device)
     try:
-        result = run_example(target, spec)
+        result = run_example(target, spec, stress=bool(payload.get("stress")), contract=payload["contract"])
     except CudaContextLost as lost:
         print(_RESULT_MARK + json.dumps({"crash": f"CUDA context lost: {lost}"}), flush=True)
         return 0

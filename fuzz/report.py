@@ -32,6 +32,11 @@ def tally_json(tally: DeviceTally) -> dict:
             "legacy": {str(k): v for k, v in sorted(tally.legacy_syncs.items())},
             "optimized": {str(k): v for k, v in sorted(tally.optimized_syncs.items())},
         },
+        # The part of those syncs torch's detector cannot see (docs/verdicts.md#syncs).
+        "hidden_syncs_per_call": {
+            "legacy": {str(k): v for k, v in sorted(tally.legacy_hidden.items())},
+            "optimized": {str(k): v for k, v in sorted(tally.optimized_hidden.items())},
+        },
     }
 
 

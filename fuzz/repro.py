@@ -57,7 +57,8 @@ def summarize(value: Any, limit: int = 16) -> Any:
 
 
 def side_summary(side: SideResult) -> dict:
-    out: dict[str, Any] = {"syncs": side.syncs, "allowed_syncs": side.allowed_syncs}
+    out: dict[str, Any] = {"syncs": side.syncs, "allowed_syncs": side.allowed_syncs,
+                           "hidden_syncs": side.hidden_syncs}
     if side.raised:
         out["raised"] = {"type": side.raised.type_name, "message": side.raised.message}
     else:
@@ -66,7 +67,7 @@ def side_summary(side: SideResult) -> dict:
 
 
 def repro_payload(target: Target, result: ExampleResult, *, seed: int | None, contract: str,
-                  target_module: str | None = None, flaky: bool = False) -> dict:
+                  target_module: str | None = None, flaky: bool = False, stress: bool = False) -> dict:
     return {
         "format": REPRO_FORMAT,
         "target": target.name,
@@ -77,6 +78,7 @@ def repro_payload(target: Target, result: ExampleResult, *, seed: int | None, co
         "input": result.spec,
         "seed": seed,
         "contract": contract,
+        "stress": stress,
         "device": result.device,
         "verdict": result.verdict.value,
         "flaky": flaky,

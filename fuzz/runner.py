@@ -88,6 +88,8 @@ class DeviceTally:
     both_raised: int = 0
     legacy_syncs: Counter = field(default_factory=Counter)
     optimized_syncs: Counter = field(default_factory=Counter)
+    legacy_hidden: Counter = field(default_factory=Counter)  # of which: pageable non-blocking H2D
+    optimized_hidden: Counter = field(default_factory=Counter)
 
     def add(self, result: ExampleResult) -> None:
         self.examples += 1
@@ -97,8 +99,10 @@ class DeviceTally:
         # Sync counts are only meaningful for calls that returned.
         if result.legacy.syncs is not None and result.legacy.ok:
             self.legacy_syncs[result.legacy.syncs] += 1
+            self.legacy_hidden[result.legacy.hidden_syncs or 0] += 1
         if result.optimized.syncs is not None and result.optimized.ok:
             self.optimized_syncs[result.optimized.syncs] += 1
+            self.optimized_hidden[result.optimized.hidden_syncs or 0] += 1
 
 
 @dataclass
@@ -139,6 +143,7 @@ class RunOptions:
     target_module: Callable[[Target], str | None] = lambda target: None
     progress: Callable[[TargetOutcome, bool], None] | None = None
     first_chunk: int = 0  # a restarted worker continues with fresh seeds
+    stress: bool = False  # async-hazard stress mode (fuzz/stress.py)
     # Isolation hooks (fuzz/isolation.py): journal each example before it
     # runs, snapshot the outcome after each chunk, and end the process when
     # its CUDA context is lost.
@@ -233,7 +238,7 @@ def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> 
         if options.before_example:
             options.before_example(spec, outcome)
         try:
-            result = run_example(target, spec)
+            result = run_example(target, spec, stress=options.stress, contract=options.contract)
         except CudaContextLost as lost:
             if options.on_context_lost:
                 options.on_context_lost(spec, lost)  # ends the process
@@ -296,7 +301,8 @@ def _save(failures: list[ExampleResult], target: Target, options: RunOptions, ou
         path = None
         if options.corpus is not None:
             payload = repro_payload(target, failure, seed=options.seed, contract=options.contract,
-                                    target_module=options.target_module(target), flaky=outcome.flaky)
+                                    target_module=options.target_module(target), flaky=outcome.flaky,
+                                    stress=options.stress)
             path = save_repro(options.corpus / "failures", payload)
         outcome.repro_paths.append(path)
 

@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def fuzz(target: Target, *, max_examples: int = 200, seed: int = 0, devices: tuple[str, ...] = ("cpu",),
-         contract: str = "caller", corpus: Path | None = None) -> TargetOutcome:
+         contract: str = "caller", corpus: Path | None = None, stress: bool = False) -> TargetOutcome:
     options = RunOptions(devices=devices, seed=seed, contract=contract, max_examples=max_examples, corpus=corpus,
-                         target_module=lambda t: "tests.planted")
+                         target_module=lambda t: "tests.planted", stress=stress)
     return fuzz_target(target, options, deadline=None)
 
 

@@ -82,6 +82,13 @@ VERDICTS = {
 }
 
 
+def test_wide_contract_judges_syncs_against_legacy():
+    legacy, optimized = _ok(T([1]), 4), _ok(T([1]), 2)
+    assert judge(legacy, optimized, CLOSE, 0, "caller")[0] is Verdict.SYNC_REGRESSION
+    assert judge(legacy, optimized, CLOSE, 0, "wide")[0] is Verdict.AGREE
+    assert judge(legacy, _ok(T([1]), 5), CLOSE, 0, "wide")[0] is Verdict.SYNC_REGRESSION
+
+
 @pytest.mark.parametrize("name", sorted(VERDICTS))
 def test_verdict_rules(name):
     legacy, optimized, expected_syncs, verdict = VERDICTS[name]

@@ -41,3 +41,22 @@ def test_shrunk_swapped_hw_has_h_different_from_w():
     outcome = fuzz(BUGS["planted-glm4-swapped-hw"].target())
     failure = outcome.failures[0]
     assert any(h != w for _, h, w in failure.spec["image_shapes"])
+
+
+STRESS_BUGS = {p.name: p for p in planted.STRESS_BUGS}
+
+
+@pytest.mark.parametrize("name", sorted(STRESS_BUGS))
+def test_aliasing_bug_needs_stress_mode(name):
+    target = STRESS_BUGS[name].target()
+    assert not fuzz(target, max_examples=100).failures  # invisible to a plain run
+    stressed = fuzz(target, max_examples=DETECTION_LIMIT, stress=True)
+    assert stressed.failures and stressed.verdict is Verdict.DIVERGENCE
+
+
+@pytest.mark.parametrize("name", ["glm4v-embeddings", "glm4v-pos-embeds", "fla-chunk-indices", "fla-chunk-offsets"])
+def test_real_copies_pass_under_stress(name):
+    from fuzz.catalog import TARGETS
+
+    target = {t.name: t for t in TARGETS}[name]
+    assert not fuzz(target, max_examples=100, stress=True).failures

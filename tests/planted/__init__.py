@@ -21,4 +21,5 @@ _FAMILIES = [
 BUGS: list[Plant] = [plant for family in _FAMILIES for plant in family.BUGS]
 BENIGN: list[Plant] = [plant for family in _FAMILIES for plant in family.BENIGN]
 SYNC_BUGS: list[Plant] = [plant for family in _FAMILIES for plant in getattr(family, "SYNC_BUGS", [])]
-TARGETS = [plant.target() for plant in BUGS + BENIGN + SYNC_BUGS]
+STRESS_BUGS: list[Plant] = [plant for family in _FAMILIES for plant in getattr(family, "STRESS_BUGS", [])]
+TARGETS = [plant.target() for plant in BUGS + BENIGN + SYNC_BUGS + STRESS_BUGS]

@@ -20,6 +20,10 @@ BUGS = [
     Plant("planted-glm4-swapped-hw", "glm4v-embeddings", "optimized.glm4_1v",
           "np.repeat(shapes_np[shape_idx, 1], lengths)", "np.repeat(shapes_np[shape_idx, 2], lengths)",
           "target height taken from the width column (only visible when h != w)"),
+    Plant("planted-glm4-reused-staging-buffer", "glm4v-embeddings", "optimized.glm4_1v",
+          "from fuzz.upstream_shims import async_tensor_h2d",
+          "from tests.racy import reused_buffer_h2d as async_tensor_h2d",
+          "target_h and target_w staged through one reused host buffer without waiting"),
     Plant("planted-pos-embeds-no-repeat", "glm4v-pos-embeds", "optimized.glm4_1v",
           "async_tensor_h2d(w_coords.repeat(t), device=device)", "async_tensor_h2d(w_coords.repeat(1), device=device)",
           "w coordinates not repeated over frames (only visible when t > 1)"),
@@ -44,4 +48,12 @@ SYNC_BUGS = [
     Plant("planted-offsets-extra-sync", "fla-chunk-offsets", "optimized.fla_index",
           "cu_seqlens.new_zeros(1)", "cu_seqlens.new_zeros(1) * int(cu_seqlens[:1].sum().item() == 0)",
           "reads cu_seqlens[0] back to the host (always 0, so values are unchanged)"),
+]
+
+# Invisible to a plain run: the output aliases a caller-owned host buffer, so
+# only poisoning the caller's inputs after return (--stress) shows it.
+STRESS_BUGS = [
+    Plant("planted-glm4-output-aliases-input", "glm4v-embeddings", "optimized.glm4_1v",
+          "embeddings = embeddings + adapted_pos_embed", "embeddings += adapted_pos_embed",
+          "adds in place: the result is the caller's embeddings buffer"),
 ]

@@ -1,0 +1,98 @@
+"""Async-hazard stress: make a late read of host memory visible.
+
+An optimized side that stages host data with ``non_blocking=True`` is correct
+only if nothing rewrites that host memory before the copy has run. Normally the
+copy runs within microseconds, so a race hides. Under ``--stress`` the
+optimized call runs on a non-default CUDA stream that is first made to *sleep*
+(``torch.cuda._sleep``), so every copy it enqueues is still pending when the
+call returns; right then, before any sync, the caller-owned host inputs are
+overwritten with poison. A copy that reads them late, or an output that
+aliases them, then differs from the legacy result.
+
+Host inputs are found by walking the call's closure (what ``materialize``
+built for the call): CPU tensors, numpy arrays and lists of numbers, nested in
+lists, tuples and dicts. On CPU there are no asynchronous copies; poisoning
+after return still catches outputs that alias a caller's buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+SLEEP_CYCLES = 20_000_000  # ~10 ms on an H200: far longer than any staging copy here
+_INT_POISON = -7777
+_MAX_DEPTH = 4
+
+
+def host_inputs(thunk: Callable[[], Any]) -> list[Any]:
+    """Caller-owned host objects a thunk closes over (see module docstring)."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    for cell in getattr(thunk, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        found.extend(_walk(value, seen, 0))
+    return found
+
+
+def _walk(value: Any, seen: set[int], depth: int) -> Iterator[Any]:
+    if id(value) in seen or depth > _MAX_DEPTH:
+        return
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu" and value.numel():
+            yield value
+    elif isinstance(value, np.ndarray):
+        if value.size and value.flags.writeable:
+            yield value
+    elif isinstance(value, list):
+        if value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            yield value
+        else:
+            for item in value:
+                yield from _walk(item, seen, depth + 1)
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _walk(item, seen, depth + 1)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _walk(item, seen, depth + 1)
+
+
+def poison(objects: list[Any]) -> None:
+    """Overwrite every host object in place with values no real input has."""
+    for obj in objects:
+        if isinstance(obj, torch.Tensor):
+            with torch.no_grad():
+                if obj.is_floating_point():
+                    obj.fill_(float("nan"))
+                elif obj.dtype == torch.bool:
+                    obj.logical_not_()
+                else:
+                    obj.fill_(_INT_POISON)
+        elif isinstance(obj, np.ndarray):
+            obj.fill(np.nan if np.issubdtype(obj.dtype, np.floating) else _INT_POISON)
+        elif isinstance(obj, list):
+            obj[:] = [_INT_POISON] * len(obj)
+
+
+def call_under_stress(thunk: Callable[[], Any], on_cuda: bool) -> Any:
+    """Run ``thunk`` so that late host reads show, then poison its host inputs."""
+    targets = host_inputs(thunk)
+    if not on_cuda:
+        value = thunk()
+        poison(targets)
+        return value
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())  # inputs were built on the default stream
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        value = thunk()
+    poison(targets)  # the copies the call enqueued are still waiting behind the sleep
+    stream.synchronize()
+    return value
