@@ -12,6 +12,7 @@ import json
 import math
 import random
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--target", action="append", default=[], metavar="NAME", help="a target (repeatable; default all)")
     amount = run.add_mutually_exclusive_group()
     amount.add_argument("--max-examples", type=_positive_int, metavar="N",
-                        help=f"examples per target (default {DEFAULT_MAX_EXAMPLES})")
+                        help=f"examples per target (default {DEFAULT_MAX_EXAMPLES}, or the profile's)")
     amount.add_argument("--budget", type=_budget, metavar="SECONDS", help="wall-clock budget shared by all targets")
     run.add_argument("--seed", type=_seed, help="run seed (default random; recorded in the report)")
     run.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
@@ -90,6 +91,26 @@ def build_parser() -> argparse.ArgumentParser:
                           "poisoned as soon as it returns")
     run.add_argument("--in-process", action="store_true",
                      help="no worker processes: faster start, but a crash or hang ends the run")
+    run.add_argument("--profile", choices=sorted(PROFILES),
+                     help="premerge: seed 0, 100 examples/target, deterministic; nightly: 1 h budget, "
+                          "seed rotating daily (explicit flags win)")
+    run.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                     help="pytest-xdist workers (one GPU each, round-robin); 1 runs here")
+    run.add_argument("--pieces", type=_positive_int, default=1, metavar="K",
+                     help="split each target's examples into K seeded items (for workers and shards)")
+    run.add_argument("--shard", metavar="I/N", help="run only shard I of N of the items (hosts split a run)")
+    run.add_argument("--markdown", metavar="FILE", help="write a Markdown summary here")
+    run.add_argument("--junit", metavar="FILE", help="write JUnit XML here (one test case per target and device)")
+    run.add_argument("--known-issues", metavar="FILE",
+                     help="accepted findings (JSON): matching failures are reported as known and do not fail the run")
+    run.add_argument("--confirm", type=int, default=3, metavar="N",
+                     help="replay each failure N times in fresh processes; not every time = flaky (default 3)")
+
+    merge = commands.add_parser("merge-reports", help="merge JSON reports of shards or hosts into one")
+    merge.add_argument("output", metavar="OUT.json")
+    merge.add_argument("inputs", metavar="IN.json", nargs="+")
+    merge.add_argument("--markdown", metavar="FILE")
+    merge.add_argument("--junit", metavar="FILE")
 
     replay = commands.add_parser("replay", help="re-run a saved failure in a fresh process")
     replay.add_argument("file", metavar="FILE")
@@ -114,56 +135,149 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check_paths(corpus: Path, report: Path | None) -> None:
-    if corpus.exists() and not corpus.is_dir():
+def _check_paths(corpus: Path | None, outputs: dict[str, Path]) -> None:
+    if corpus is not None and corpus.exists() and not corpus.is_dir():
         raise UsageError(f"--corpus {str(corpus)!r} is a file; pass a directory (it is created if missing)")
-    if report is not None:
-        if report.is_dir():
-            raise UsageError(f"--report {str(report)!r} is a directory; pass a file path such as report.json")
-        if not report.parent.exists():
-            raise UsageError(f"--report {str(report)!r}: folder {str(report.parent)!r} does not exist; create it first")
+    for name, path in outputs.items():
+        if path.is_dir():
+            raise UsageError(f"--{name} {str(path)!r} is a directory; pass a file path")
+        if not path.parent.exists():
+            raise UsageError(f"--{name} {str(path)!r}: folder {str(path.parent)!r} does not exist; create it first")
+
+
+PROFILES = {
+    # Deterministic and bounded: the same examples on every machine, minutes on a laptop.
+    "premerge": {"seed": 0, "max_examples": 100},
+    # Time-boxed; a new seed each day (recorded) so nights explore new ground, while
+    # the corpus' example database retries yesterday's failures first.
+    "nightly": {"budget": 3600.0, "seed": "daily"},
+}
+
+
+def _apply_profile(args: argparse.Namespace) -> None:
+    profile = PROFILES.get(args.profile or "", {})
+    if args.seed is None and "seed" in profile:
+        seed = profile["seed"]
+        args.seed = int(datetime.now(timezone.utc).strftime("%Y%m%d")) if seed == "daily" else seed
+    if args.max_examples is None and args.budget is None:
+        args.max_examples = profile.get("max_examples")
+        args.budget = profile.get("budget")
+    if args.max_examples is None and args.budget is None:
+        args.max_examples = DEFAULT_MAX_EXAMPLES
+
+
+def _validate_run(args: argparse.Namespace) -> None:
+    if args.max_restarts < 0:
+        raise UsageError(f"--max-restarts {args.max_restarts} must be 0 or more")
+    if args.confirm < 0:
+        raise UsageError(f"--confirm {args.confirm} must be 0 or more")
+    if args.workers > 1 and args.in_process:
+        raise UsageError("--workers runs items in pytest-xdist workers; drop --in-process or use --workers 1")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fuzz.devices import resolve_devices
-    from fuzz.report import failure_lines, progress_printer, report_json, summary_table, write_json
     from fuzz.isolation import Isolation
+    from fuzz.plan import parse_shard, plan
+    from fuzz.report import progress_printer
     from fuzz.runner import RunOptions, fuzz_all
-    from fuzz.targets import all_targets, lookup
+    from fuzz.targets import lookup
+    from fuzz.triage import load_known_issues
 
+    _apply_profile(args)
+    _validate_run(args)
     targets = lookup(args.target)
     devices = resolve_devices(args.device)
-    corpus, report = Path(args.corpus), Path(args.report) if args.report else None
-    _check_paths(corpus, report)
+    shard = parse_shard(args.shard)
+    corpus = Path(args.corpus)
+    outputs = {name: Path(value) for name in ("report", "markdown", "junit") if (value := getattr(args, name))}
+    _check_paths(corpus, outputs)
+    known = load_known_issues(Path(args.known_issues)) if args.known_issues else []
     seed = args.seed if args.seed is not None else random.randrange(2**32)
-    max_examples = args.max_examples or (None if args.budget else DEFAULT_MAX_EXAMPLES)
     builtin = _builtin_names()
+    module_of = lambda t: None if t.name in builtin else _module_of(t)  # noqa: E731
     options = RunOptions(
-        devices=devices, seed=seed, contract=args.contract, max_examples=max_examples, budget=args.budget,
-        corpus=corpus, stress=args.stress, target_module=lambda t: None if t.name in builtin else _module_of(t),
+        devices=devices, seed=seed, contract=args.contract, max_examples=args.max_examples, budget=args.budget,
+        corpus=corpus, stress=args.stress, target_module=module_of,
         progress=None if args.quiet else progress_printer(),
     )
     if "cuda" not in devices:
         print("[fuzz] sync counting skipped: no CUDA device in this run (syncs are a GPU-only oracle)", file=sys.stderr)
-    if args.max_restarts < 0:
-        raise UsageError(f"--max-restarts {args.max_restarts} must be 0 or more")
     isolation = None if args.in_process else Isolation(example_timeout=args.example_timeout,
                                                        max_restarts=args.max_restarts, workdir=corpus / "journal")
-    entries = fuzz_all(targets, options, isolation)
-    failed = any(e["failures"] for e in entries)
+    items = plan(targets, seed=seed, pieces=args.pieces, max_examples=args.max_examples, shard=shard)
+    if args.workers > 1:
+        from fuzz.workers import run_with_xdist
+
+        modules = {module_of(t) for t in targets} - {None}
+        entries = run_with_xdist(items, options, isolation, args.workers, next(iter(modules), None))
+    else:
+        entries = fuzz_all(targets, options, isolation, items)
+    run_info = {"seed": seed, "contract": args.contract, "devices": list(devices), "profile": args.profile,
+                "max_examples": args.max_examples, "budget": args.budget, "corpus": str(corpus),
+                "workers": args.workers, "pieces": args.pieces, "shard": args.shard, "stress": args.stress,
+                "targets": [t.name for t in targets]}
+    return _finish(entries, run_info, known, args.confirm, outputs)
+
+
+def _finish(entries: list[dict], run_info: dict, known: list[dict], confirm_runs: int,
+            outputs: dict[str, Path]) -> int:
+    """Confirm and triage failures, print the summary, write every output."""
+    from fuzz.report import failure_lines, report_json, summary_table
+    from fuzz.triage import confirm, mark_known, unaccepted
+
+    confirm(entries, confirm_runs)
+    mark_known(entries, known, run_info["contract"])
+    failed = bool(unaccepted(entries))
     broken = any(e["fuzzer_error"] for e in entries)
     exit_code = EXIT_USAGE if broken else EXIT_FAILURE if failed else EXIT_OK
     print(summary_table(entries))
     for line in failure_lines(entries):
         print(line)
-    print(f"seed {seed}, contract {args.contract}, devices {','.join(devices)}"
+    seed = run_info["seed"]
+    print(f"seed {seed}, contract {run_info['contract']}, devices {','.join(run_info['devices'])}"
           + (f"; rerun with --seed {seed} to repeat" if failed else ""))
-    if report:
-        run_info = {"seed": seed, "contract": args.contract, "devices": list(devices), "max_examples": max_examples,
-                    "budget": args.budget, "corpus": str(corpus), "targets": [t.name for t in targets]}
-        write_json(report, report_json(entries, run=run_info, exit_code=exit_code))
-        print(f"report: {report}")
+    report = report_json(entries, run=run_info, exit_code=exit_code)
+    _write_outputs(report, outputs)
     return exit_code
+
+
+def _write_outputs(report: dict, outputs: dict[str, Path]) -> None:
+    from fuzz.formats import junit_xml, markdown
+    from fuzz.report import write_json, write_text
+
+    if "report" in outputs:
+        write_json(outputs["report"], report)
+        print(f"report: {outputs['report']}")
+    if "markdown" in outputs:
+        write_text(outputs["markdown"], markdown(report))
+        print(f"markdown: {outputs['markdown']}")
+    if "junit" in outputs:
+        write_text(outputs["junit"], junit_xml(report))
+        print(f"junit: {outputs['junit']}")
+
+
+def cmd_merge_reports(args: argparse.Namespace) -> int:
+    from fuzz.merge import merge_reports
+    from fuzz.report import summary_table
+
+    reports = []
+    for name in args.inputs:
+        try:
+            reports.append(json.loads(Path(name).read_text()))
+        except FileNotFoundError:
+            raise UsageError(f"report {name!r} does not exist") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"report {name!r} is not valid JSON ({exc})") from None
+        if not isinstance(reports[-1], dict):
+            raise UsageError(f"report {name!r} is not a syncfuzz report (a JSON object)")
+    outputs = {"report": Path(args.output)}
+    outputs.update({name: Path(value) for name in ("markdown", "junit") if (value := getattr(args, name))})
+    _check_paths(None, outputs)
+    merged = merge_reports(reports)
+    print(summary_table(merged["targets"]))
+    _write_outputs(merged, outputs)
+    return merged["exit_code"]
 
 
 def _builtin_names() -> set[str]:
@@ -205,7 +319,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return {"list": cmd_list, "run": cmd_run, "replay": cmd_replay}[args.command](args)
+        commands = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "merge-reports": cmd_merge_reports}
+        return commands[args.command](args)
     except HarnessError as exc:
         print(f"fuzz: internal error (a fuzzer bug, please report it): {exc}", file=sys.stderr)
         return EXIT_USAGE

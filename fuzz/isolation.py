@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fuzz.compare import Verdict
+from fuzz.merge import merge_entry
 from fuzz.report import outcome_entry, write_json
 from fuzz.repro import repro_payload, save_repro
 from fuzz.runner import RunOptions, TargetOutcome, crash_result, fuzz_target
@@ -42,6 +43,7 @@ class Isolation:
     example_timeout: float = 120.0
     max_restarts: int = 3  # per target: one that keeps crashing must not eat the run
     workdir: Path | None = None  # journals and results; a temporary folder if None
+    env: dict[str, str] | None = None  # extra environment for workers (e.g. CUDA_VISIBLE_DEVICES)
 
 
 # ---------------------------------------------------------------- worker side
@@ -104,37 +106,6 @@ def _death(returncode: int) -> str:
     return f"worker exited with status {returncode}"
 
 
-def _merge(total: dict | None, part: dict) -> dict:
-    """Add one worker's entry to the target's running entry."""
-    if total is None:
-        return part
-    total["examples"] += part["examples"]
-    total["seconds"] = round(total["seconds"] + part["seconds"], 3)
-    total["flaky"] = total["flaky"] or part["flaky"]
-    total["fuzzer_error"] = total["fuzzer_error"] or part["fuzzer_error"]
-    if total["first_failure_at"] is None and part["first_failure_at"] is not None:
-        total["first_failure_at"] = part["first_failure_at"]
-    for device, tally in part["by_device"].items():
-        into = total["by_device"].setdefault(device, tally)
-        if into is tally:
-            continue
-        into["examples"] += tally["examples"]
-        into["both_raised"] += tally["both_raised"]
-        for verdict, count in tally["verdicts"].items():
-            into["verdicts"][verdict] = into["verdicts"].get(verdict, 0) + count
-        for histogram in ("syncs_per_call", "hidden_syncs_per_call"):
-            for side in ("legacy", "optimized"):
-                into_side = into.setdefault(histogram, {}).setdefault(side, {})
-                for syncs, count in tally.get(histogram, {}).get(side, {}).items():
-                    into_side[syncs] = into_side.get(syncs, 0) + count
-    signatures = {(f["verdict"], json.dumps(f["mismatches"]), json.dumps(f["exceptions"])) for f in total["failures"]}
-    for failure in part["failures"]:
-        key = (failure["verdict"], json.dumps(failure["mismatches"]), json.dumps(failure["exceptions"]))
-        if key not in signatures:
-            total["failures"].append(failure)
-    return total
-
-
 def _pump(stream, keep: deque) -> None:
     """Echo a worker's stderr (progress lines) and keep its tail for crash reports."""
     for line in iter(stream.readline, ""):
@@ -170,7 +141,7 @@ def fuzz_isolated(target: Target, options: RunOptions, deadline: float | None, i
         args_path = workdir / f"{target.name}.args.json"
         args_path.write_text(json.dumps(args))
         part, crash = _run_worker(args_path, journal, workdir / f"{target.name}.result.json", isolation)
-        total = _merge(total, part)
+        total = merge_entry(total, part)
         if crash is None:
             break
         spec, verdict, detail = crash
@@ -222,6 +193,7 @@ def _run_worker(args_path: Path, journal: Path, result: Path,
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    env.update(isolation.env or {})
     process = subprocess.Popen([sys.executable, "-m", "fuzz.isolation", str(args_path)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)

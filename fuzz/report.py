@@ -151,6 +151,15 @@ def report_json(entries: list[dict], *, run: dict, exit_code: int) -> dict:
             "failures_by_verdict": dict(totals), "targets": entries}
 
 
+def write_text(path: Path, text: str) -> None:
+    """Atomic write of a text output (Markdown, JUnit XML)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
 def write_json(path: Path, payload: Any) -> None:
     """Atomic write: an interrupted run never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)

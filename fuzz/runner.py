@@ -31,8 +31,9 @@ from fuzz.outcome import SideResult
 from fuzz.repro import repro_payload, save_repro
 from fuzz.targets import Target
 
-if False:  # typing only; fuzz.isolation imports this module
+if False:  # typing only; fuzz.isolation and fuzz.plan import this module
     from fuzz.isolation import Isolation
+    from fuzz.plan import Item
 
 BUDGET_CHUNK = 100  # examples per Hypothesis call under --budget
 PROGRESS_EVERY = 5.0  # seconds between progress lines of a long-running target
@@ -330,29 +331,43 @@ def _collect(raised: BaseException, outcome: TargetOutcome, last_failure: list[E
         raise raised
 
 
-def fuzz_all(targets: list[Target], options: RunOptions, isolation: "Isolation | None" = None) -> list[dict]:
-    """Fuzz every target, in worker processes when ``isolation`` is given;
-    return one report entry per target. A budget is shared fairly and the time
-    a target leaves unused rolls over to the next."""
-    from fuzz.isolation import fuzz_isolated
-    from fuzz.report import outcome_entry
+def fuzz_all(targets: list[Target], options: RunOptions, isolation: "Isolation | None" = None,
+             items: "list[Item] | None" = None) -> list[dict]:
+    """Fuzz every item (a target, or a piece of one), in worker processes when
+    ``isolation`` is given; return one merged report entry per target. A budget
+    is shared fairly by the items; time one leaves unused rolls over."""
+    from fuzz.merge import finish_entry, merge_entry
+    from fuzz.plan import plan
 
-    entries = []
+    items = items if items is not None else plan(targets, seed=options.seed, pieces=1,
+                                                 max_examples=options.max_examples)
+    entries: dict[str, dict] = {}
     start = time.monotonic()
-    for index, target in enumerate(targets):
+    for index, item in enumerate(items):
         deadline = None
         if options.budget is not None:
             remaining = options.budget - (time.monotonic() - start)
-            deadline = time.monotonic() + max(remaining, 0.0) / (len(targets) - index)
-        if isolation is not None and devices_for(target.devices, options.devices):
-            entry = fuzz_isolated(target, options, deadline, isolation)
-        else:
-            outcome = fuzz_target(target, options, deadline)
-            entry = outcome_entry(outcome)
-        if options.progress:
+            deadline = time.monotonic() + max(remaining, 0.0) / (len(items) - index)
+        entry = run_item(item, options, isolation, deadline)
+        entries[item.target.name] = merge_entry(entries.get(item.target.name), entry)
+    result = [finish_entry(e) for e in entries.values()]
+    if options.progress:
+        for entry in result:
             _announce(entry)
-        entries.append(entry)
-    return entries
+    return result
+
+
+def run_item(item: "Item", options: RunOptions, isolation: "Isolation | None", deadline: float | None) -> dict:
+    """One item's entry: its own seed and share of the examples."""
+    from dataclasses import replace
+
+    from fuzz.isolation import fuzz_isolated
+    from fuzz.report import outcome_entry
+
+    item_options = replace(options, seed=item.seed, max_examples=item.max_examples)
+    if isolation is not None and devices_for(item.target.devices, options.devices):
+        return fuzz_isolated(item.target, item_options, deadline, isolation)
+    return outcome_entry(fuzz_target(item.target, item_options, deadline))
 
 
 def _announce(entry: dict) -> None:

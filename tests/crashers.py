@@ -47,3 +47,20 @@ TARGETS = [
     dataclasses.replace(_BASE, name=f"crasher-{kind}", optimized=f"tests.crashers:{function}")
     for kind, function in (("abort", "aborting"), ("segfault", "segfaulting"), ("hang", "hanging"))
 ]
+
+
+def alternating(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Wrong on every other call (a counter in a file shared by all processes):
+    a failure that does not always reproduce, i.e. a flaky one."""
+    counter = os.environ.get("SYNCFUZZ_TEST_TOGGLE")
+    result = prepare_chunk_offsets(cu_seqlens, chunk_size)
+    if counter and len(cu_seqlens) > 2:
+        count = int(open(counter).read() or 0) + 1 if os.path.exists(counter) else 1
+        with open(counter, "w") as handle:
+            handle.write(str(count))
+        if count % 2:
+            return result + 1
+    return result
+
+
+TARGETS.append(dataclasses.replace(_BASE, name="flaky-alternating", optimized="tests.crashers:alternating"))

@@ -1,0 +1,148 @@
+"""Profiles, xdist workers, shards and merged reports, known issues, flakiness,
+Markdown and JUnit outputs."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from fuzz.cli import main
+from tests.support import cli
+
+TWO = ["--target", "fla-chunk-offsets", "--target", "glm4v-embeddings"]
+
+
+def _report(path):
+    return json.loads(path.read_text())
+
+
+def _totals(report):
+    return {t["name"]: (t["examples"], {d: v["verdicts"] for d, v in t["by_device"].items()}) for t in report["targets"]}
+
+
+def test_workers_distribute_items_over_xdist(tmp_path):
+    result = cli("run", "--device", "cpu", "--seed", "1", "--max-examples", "20", "--workers", "2", "--pieces", "2",
+                 *TWO, "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"), "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = _report(tmp_path / "r.json")
+    workers = {p["worker"] for t in report["targets"] for p in t["placement"]}
+    assert workers == {"gw0", "gw1"}
+    assert all(t["examples"] == 20 for t in report["targets"])
+
+
+def test_two_shards_merge_into_the_totals_of_one_run(tmp_path):
+    common = ["run", "--device", "cpu", "--seed", "4", "--max-examples", "30", "--pieces", "2", "--in-process",
+              "--quiet", "--confirm", "0", *TWO, "--corpus", str(tmp_path / "c")]
+    assert main([*common, "--report", str(tmp_path / "whole.json")]) == 0
+    assert main([*common, "--shard", "1/2", "--report", str(tmp_path / "s1.json")]) == 0
+    assert main([*common, "--shard", "2/2", "--report", str(tmp_path / "s2.json")]) == 0
+    assert _totals(_report(tmp_path / "s1.json")) != _totals(_report(tmp_path / "whole.json"))
+    assert main(["merge-reports", str(tmp_path / "m.json"), str(tmp_path / "s1.json"), str(tmp_path / "s2.json"),
+                 "--markdown", str(tmp_path / "m.md")]) == 0
+    assert _totals(_report(tmp_path / "m.json")) == _totals(_report(tmp_path / "whole.json"))
+    assert "fla-chunk-offsets" in (tmp_path / "m.md").read_text()
+
+
+@pytest.mark.parametrize("shard", ["0/2", "3/2", "a/b", "1"])
+def test_bad_shard_is_a_usage_error(shard, capsys, tmp_path):
+    assert main(["run", "--shard", shard, "--corpus", str(tmp_path)]) == 2
+    assert "--shard" in capsys.readouterr().err
+
+
+def test_premerge_profile_is_deterministic(tmp_path):
+    reports = []
+    for attempt in range(2):
+        path = tmp_path / f"r{attempt}.json"
+        assert main(["run", "--profile", "premerge", "--device", "cpu", "--in-process", "--quiet", *TWO,
+                     "--corpus", str(tmp_path / f"c{attempt}"), "--report", str(path)]) == 0
+        reports.append(_report(path))
+    assert reports[0]["run"]["seed"] == 0 and reports[0]["run"]["max_examples"] == 100
+    assert _totals(reports[0]) == _totals(reports[1])
+
+
+def test_nightly_profile_rotates_the_seed_daily_and_takes_a_budget(tmp_path):
+    path = tmp_path / "r.json"
+    assert main(["run", "--profile", "nightly", "--budget", "2", "--device", "cpu", "--in-process", "--quiet",
+                 "--target", "fla-chunk-offsets", "--corpus", str(tmp_path / "c"), "--report", str(path)]) == 0
+    run = _report(path)["run"]
+    assert run["seed"] == int(datetime.now(timezone.utc).strftime("%Y%m%d")) and run["budget"] == 2
+
+
+def _known_file(tmp_path, **issue):
+    path = tmp_path / "known.json"
+    path.write_text(json.dumps({"format": "syncfuzz-known-issues/1", "issues": [issue]}))
+    return str(path)
+
+
+PLANTED = {"SYNCFUZZ_TARGET_MODULES": "tests.planted"}
+
+
+def test_known_issue_is_reported_but_does_not_fail_the_run(tmp_path):
+    known = _known_file(tmp_path, target="planted-offsets-off-by-one", verdict="divergence",
+                        reason="accepted for this test")
+    result = cli("run", "--target", "planted-offsets-off-by-one", "--device", "cpu", "--seed", "0",
+                 "--max-examples", "30", "--in-process", "--confirm", "0", "--known-issues", known,
+                 "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"),
+                 "--junit", str(tmp_path / "r.xml"), extra_env=PLANTED)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (failure,) = _report(tmp_path / "r.json")["targets"][0]["failures"]
+    assert failure["known"] == "accepted for this test"
+    suite = ET.parse(tmp_path / "r.xml").getroot()
+    assert suite.get("failures") == "0" and "known divergence" in ET.tostring(suite, encoding="unicode")
+
+
+def test_unknown_failure_fails_junit(tmp_path):
+    result = cli("run", "--target", "planted-offsets-off-by-one", "--device", "cpu", "--seed", "0",
+                 "--max-examples", "30", "--in-process", "--confirm", "0", "--corpus", str(tmp_path / "c"),
+                 "--junit", str(tmp_path / "r.xml"), "--markdown", str(tmp_path / "r.md"), extra_env=PLANTED)
+    assert result.returncode == 1
+    assert ET.parse(tmp_path / "r.xml").getroot().get("failures") == "1"
+    assert "**new**" in (tmp_path / "r.md").read_text()
+
+
+BAD_KNOWN = {
+    "missing": (None, "does not exist"),
+    "not-json": ("{", "not valid JSON"),
+    "wrong-format": (json.dumps({"format": "x", "issues": []}), "must be an object"),
+    "no-reason": (json.dumps({"format": "syncfuzz-known-issues/1", "issues": [{"target": "a", "verdict": "b"}]}),
+                  "needs 'target', 'verdict' and 'reason'"),
+    "empty-reason": (json.dumps({"format": "syncfuzz-known-issues/1",
+                                 "issues": [{"target": "a", "verdict": "b", "reason": " "}]}), "empty reason"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_KNOWN))
+def test_bad_known_issues_file_is_a_usage_error(name, tmp_path, capsys):
+    content, expected = BAD_KNOWN[name]
+    path = tmp_path / "known.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["run", "--known-issues", str(path), "--corpus", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err
+
+
+def test_failure_that_does_not_always_reproduce_is_labelled_flaky(tmp_path):
+    env = {"SYNCFUZZ_TARGET_MODULES": "tests.crashers", "SYNCFUZZ_TEST_TOGGLE": str(tmp_path / "toggle")}
+    result = cli("run", "--target", "flaky-alternating", "--device", "cpu", "--seed", "0", "--max-examples", "40",
+                 "--in-process", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"),
+                 extra_env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    entry = _report(tmp_path / "r.json")["targets"][0]
+    assert entry["flaky"]
+    failure = entry["failures"][0]
+    assert failure["flaky"] and failure["confirmed"] in ("1/3", "2/3")
+    assert "(flaky" in result.stdout
+
+
+@pytest.mark.parametrize("content,expected", [(None, "does not exist"), ("{", "not valid JSON"),
+                                              ('{"format": "x", "targets": []}', "not a syncfuzz report")])
+def test_bad_merge_input_is_a_usage_error(content, expected, tmp_path, capsys):
+    path = tmp_path / "in.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["merge-reports", str(tmp_path / "out.json"), str(path)]) == 2
+    assert expected in capsys.readouterr().err
