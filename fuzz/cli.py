@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fuzz.errors import FuzzError, HarnessError, UsageError
+from fuzz.provenance import add_parser as add_provenance_parser, cmd_provenance
 from fuzz.targets import CONTRACTS, TARGET_MODULES_ENV
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -106,6 +107,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--confirm", type=int, default=3, metavar="N",
                      help="replay each failure N times in fresh processes; not every time = flaky (default 3)")
 
+    selftest = commands.add_parser("selftest", help="mutate the optimized copies and measure the kill rate")
+    selftest.add_argument("--target", action="append", default=[], metavar="NAME")
+    selftest.add_argument("--max-examples", type=_positive_int, default=100, metavar="N",
+                          help="examples per mutant (default 100)")
+    selftest.add_argument("--seed", type=_seed, default=0)
+    selftest.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    selftest.add_argument("--limit", type=_positive_int, metavar="N", help="at most N mutants per target")
+    selftest.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    selftest.add_argument("--min-kill-rate", type=float, metavar="R",
+                          help="exit 1 if a target's kill rate (equivalents excluded) is below R")
+
     merge = commands.add_parser("merge-reports", help="merge JSON reports of shards or hosts into one")
     merge.add_argument("output", metavar="OUT.json")
     merge.add_argument("inputs", metavar="IN.json", nargs="+")
@@ -115,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = commands.add_parser("replay", help="re-run a saved failure in a fresh process")
     replay.add_argument("file", metavar="FILE")
     replay.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the saved one")
+    add_provenance_parser(commands)
     return parser
 
 
@@ -257,6 +270,32 @@ def _write_outputs(report: dict, outputs: dict[str, Path]) -> None:
         print(f"junit: {outputs['junit']}")
 
 
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from fuzz.devices import resolve_devices
+    from fuzz.report import write_json
+    from fuzz.runner import RunOptions
+    from fuzz.selftest import load_equivalents, selftest_target
+    from fuzz.targets import lookup
+
+    targets = lookup(args.target)
+    options = RunOptions(devices=resolve_devices(args.device), seed=args.seed, max_examples=args.max_examples)
+    equivalents = load_equivalents()
+    results = []
+    print(f"{'target':34} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9}")
+    for target in targets:
+        result = selftest_target(target, options, equivalents, args.limit)
+        results.append(result)
+        print(f"{target.name:34} {result['mutants']:7} {result['killed']:6} {len(result['equivalent']):6} "
+              f"{len(result['survived']):8} {result['kill_rate']:9.1%}", flush=True)
+        for survivor in result["survived"]:
+            print(f"    survived {survivor['mutant']}: {survivor['code']}")
+    if args.json:
+        write_json(Path(args.json), {"devices": list(options.devices), "max_examples": args.max_examples,
+                                     "results": results})
+    low = [r for r in results if args.min_kill_rate is not None and r["kill_rate"] < args.min_kill_rate]
+    return EXIT_FAILURE if low else EXIT_OK
+
+
 def cmd_merge_reports(args: argparse.Namespace) -> int:
     from fuzz.merge import merge_reports
     from fuzz.report import summary_table
@@ -319,7 +358,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        commands = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "merge-reports": cmd_merge_reports}
+        commands = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "merge-reports": cmd_merge_reports,
+                    "selftest": cmd_selftest, "provenance": cmd_provenance}
         return commands[args.command](args)
     except HarnessError as exc:
         print(f"fuzz: internal error (a fuzzer bug, please report it): {exc}", file=sys.stderr)

@@ -23,7 +23,6 @@ import difflib
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ SIDES = ("legacy", "optimized")
 SIDE_VERSIONS = {"legacy": LEGACY_UPSTREAM.split()[-1], "optimized": OPTIMIZED_UPSTREAM.split()[-1]}
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CACHE_ENV = "SYNCFUZZ_WHEEL_CACHE"
+INSTALLED = "installed"  # a --*-source value: the vllm this Python has installed
 
 ADAPTED_RE = re.compile(r"#\s*ADAPTED\b")
 # Paths a copy names in its docstring or ADAPTED comments: where its helpers came from.
@@ -127,7 +127,9 @@ def _version_from_text(text: str | None) -> str | None:
 
 
 def open_source(spec: str, flag: str) -> Source:
-    """A ``.whl`` file or a directory holding ``vllm/`` (``flag`` names the option in errors)."""
+    """A ``.whl``, a directory holding ``vllm/``, or ``installed`` (``flag`` names the option in errors)."""
+    if spec == INSTALLED:
+        return _installed_source(flag)
     path = Path(spec).expanduser()
     if not path.exists():
         raise UsageError(f"{flag} {spec!r} does not exist; pass a vllm .whl file or a directory holding vllm/")
@@ -142,12 +144,23 @@ def open_source(spec: str, flag: str) -> Source:
     raise UsageError(f"{flag} {spec!r} has no vllm/ package inside; pass a source checkout, site-packages or a .whl")
 
 
+def _installed_source(flag: str) -> Source:
+    """The vllm this interpreter would import, located without importing it."""
+    import importlib.util
+
+    found = importlib.util.find_spec("vllm")
+    if found is None or not found.submodule_search_locations:
+        raise UsageError(f"{flag} installed: no vllm package is installed for {sys.executable}; "
+                         f"pass a .whl or a directory holding vllm/ instead")
+    return TreeSource(Path(list(found.submodule_search_locations)[0]).parent)
+
+
 def cached_wheel(version: str, cache: Path) -> Path | None:
     found = sorted(cache.glob(f"vllm-{version}-*.whl")) if cache.is_dir() else []
     return found[0] if found else None
 
 
-def fetch_wheel(version: str, cache: Path, quiet: bool = False) -> Path:
+def fetch_wheel(version: str, cache: Path, quiet: bool = False, pip_args: Sequence[str] = ()) -> Path:
     """The vllm ``version`` wheel from the cache, downloaded with pip if missing.
 
     pip writes into a private temporary folder first and the wheel is moved
@@ -164,7 +177,7 @@ def fetch_wheel(version: str, cache: Path, quiet: bool = False) -> Path:
         print(f"[provenance] downloading vllm=={version} (~320 MB) into {cache}", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--disable-pip-version-check", "--progress-bar", "off", f"vllm=={version}", "-d", tmp]
+                   "--disable-pip-version-check", "--progress-bar", "off", *pip_args, f"vllm=={version}", "-d", tmp]
         done = subprocess.run(command, capture_output=True, text=True)
         got = sorted(Path(tmp).glob("vllm-*.whl"))
         if done.returncode != 0 or not got:
@@ -182,24 +195,13 @@ def _last_error_line(done: subprocess.CompletedProcess) -> str:
     return (errors or lines or [f"exit {done.returncode}"])[-1]
 
 
-def resolve_source(spec: str | None, version: str, cache: Path, flag: str) -> Source:
-    """The source a flag names, else the cached/downloaded wheel of ``version``."""
-    if spec:
-        source = open_source(spec, flag)
-        if source.version and source.version != version:
-            print(f"[provenance] warning: {flag} is vllm {source.version}, but this side was copied from "
-                  f"vllm {version}", file=sys.stderr)
-        return source
-    return WheelSource(fetch_wheel(version, cache))
-
-
-def parse_against(spec: str, cache: Path) -> Source:
-    """``vllm==X`` (cached/downloaded wheel) or a path (wheel or tree)."""
+def _against_version(spec: str) -> str | None:
+    """The X of ``--against vllm==X``; None for a path; a UsageError for anything else."""
     match = re.fullmatch(r"\s*vllm\s*==\s*([\w.+!-]+)\s*", spec)
     if match:
-        return WheelSource(fetch_wheel(match.group(1), cache))
-    if Path(spec).expanduser().exists():
-        return open_source(spec, "--against")
+        return match.group(1)
+    if spec == INSTALLED or Path(spec).expanduser().exists():
+        return None
     raise UsageError(f"--against {spec!r} is neither vllm==VERSION nor an existing path; "
                      f"pass e.g. --against vllm==0.33.0, a .whl file or a directory holding vllm/")
 
@@ -269,12 +271,14 @@ class UpstreamFile:
     path: str
     lines: list[str]  # raw
     norm: list[str]
-    spans: dict[str, Span]
+    spans: dict[str, list[Span]]  # a list: a property's getter and setter share one qualname
 
     @classmethod
     def from_text(cls, path: str, text: str) -> UpstreamFile:
         lines = text.splitlines()
-        spans = {span.qualname: span for span in walk_spans(parse(text, path).body)}
+        spans: dict[str, list[Span]] = {}
+        for span in walk_spans(parse(text, path).body):
+            spans.setdefault(span.qualname, []).append(span)
         return cls(path, lines, [normalize(line) for line in lines], spans)
 
     def rows(self, span: Span) -> list[int]:
@@ -283,6 +287,15 @@ class UpstreamFile:
 
     def all_rows(self) -> list[int]:
         return [row for row in range(1, len(self.lines) + 1) if self.norm[row - 1]]
+
+
+def upstream_file(source: Source, path: str) -> UpstreamFile | None:
+    """``path`` in ``source``, parsed once per source: checks and drift revisit the same few files."""
+    parsed: dict[str, UpstreamFile | None] = source.__dict__.setdefault("_parsed", {})
+    if path not in parsed:
+        text = source.read(path)
+        parsed[path] = UpstreamFile.from_text(path, text) if text is not None else None
+    return parsed[path]
 
 
 @dataclass
@@ -341,6 +354,11 @@ def align(copy: Sequence[str], upstream: Sequence[str]) -> list[tuple[int, int]]
     return _lcs(copy, upstream)
 
 
+def is_subsequence(copy: Sequence[str], upstream: Sequence[str]) -> bool:
+    it = iter(upstream)
+    return all(line in it for line in copy)  # `in` on an iterator consumes it: in-order search
+
+
 def _lcs(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
     n, m = len(a), len(b)
     table = [[0] * (m + 1) for _ in range(n + 1)]
@@ -371,12 +389,14 @@ class UnitReport:
     adapted: int = 0
     blank: int = 0
     mismatched: list[int] = field(default_factory=list)  # copy rows not found upstream
+    dropped: list[int] = field(default_factory=list)  # upstream code rows left out with no ADAPTED mark there
+    stand_in: bool = False  # its def/class line is ADAPTED: upstream only as far as it needs
     problem: str = ""  # why the unit fails beyond its mismatched lines (missing qualname)
     diff: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.mismatched and not self.problem
+        return not self.mismatched and not self.dropped and not self.problem
 
 
 @dataclass
@@ -399,6 +419,10 @@ class ModuleReport:
     @property
     def mismatched(self) -> int:
         return sum(len(u.mismatched) for u in self.units)
+
+    @property
+    def dropped(self) -> int:
+        return sum(len(u.dropped) for u in self.units)
 
     @property
     def failed(self) -> list[UnitReport]:
@@ -447,11 +471,11 @@ class _Checker:
 
     def check_span(self, span: Span) -> UnitReport:
         unit = UnitReport(span.qualname, span.start)
-        rows = self._split(span.own_rows(), unit)
+        rows = self._split(range(self._first_row(span.start), span.start), unit)  # leading ADAPTED comments
+        rows += self._split(span.own_rows(), unit)
         header_row = self._header_row(span)
-        stand_in = header_row in self.facts.adapted
-        candidates = [(f, f.spans[span.qualname]) for f in self.upstream
-                      if span.qualname in f.spans and f.spans[span.qualname].kind == span.kind]
+        stand_in = unit.stand_in = header_row in self.facts.adapted
+        candidates = [(f, up) for f in self.upstream for up in f.spans.get(span.qualname, []) if up.kind == span.kind]
         if not candidates:
             if not stand_in:
                 unit.problem = (f"{span.kind} {span.qualname} is not in upstream "
@@ -460,7 +484,9 @@ class _Checker:
                 return unit
             # A stand-in (header ADAPTED) may still hold upstream lines: find where they come from.
             candidates = self._closest(span.kind, rows)
-        self._match(unit, rows, candidates)
+            self._match(unit, rows, candidates, span, complete=False)
+        else:
+            self._match(unit, rows, candidates, span, complete=not stand_in)
         if unit.problem and unit.upstream:
             unit.problem += f"; closest upstream definition: {unit.upstream}"
         return unit
@@ -477,7 +503,7 @@ class _Checker:
         wanted = self._norm(rows)
         scored = []
         for f in self.upstream:
-            for span in f.spans.values():
+            for span in (s for same_name in f.spans.values() for s in same_name):
                 if span.kind != kind:
                     continue
                 have = {f.norm[r - 1] for r in f.rows(span)}
@@ -485,57 +511,85 @@ class _Checker:
         scored.sort(key=lambda s: -s[0])
         return [(f, span) for score, f, span in scored[:3] if score > 0]
 
-    def _match(self, unit: UnitReport, rows: list[int], candidates: list[tuple[UpstreamFile, Span]]) -> None:
-        """Verify ``rows`` against the candidate with the fewest mismatches."""
+    def _match(self, unit: UnitReport, rows: list[int], candidates: list[tuple[UpstreamFile, Span]],
+               span: Span, complete: bool) -> None:
+        """Verify ``rows`` against the candidate with the fewest mismatches.
+
+        ``complete``: the copy claims this definition verbatim (its header is
+        not ADAPTED), so upstream code lines it leaves out must be marked too:
+        an ADAPTED row where they would have been.
+        """
         if not candidates:
             unit.mismatched = list(rows)
             unit.problem = unit.problem or "no upstream definition shares a line with it"
             return
         best = None
-        for f, span in candidates:
-            up_rows = f.rows(span)
+        for f, up_span in candidates:
+            up_rows = f.rows(up_span)
             pairs = align(self._norm(rows), [f.norm[r - 1] for r in up_rows])
             missing = len(rows) - len(pairs)
             if best is None or missing < best[0]:
-                best = (missing, f, span, up_rows, pairs)
+                best = (missing, f, up_span, up_rows, pairs)
             if missing == 0:
                 break
-        missing, f, span, up_rows, pairs = best
-        unit.upstream = f"{f.path}::{span.qualname}"
+        _, f, up_span, up_rows, pairs = best
+        unit.upstream = f"{f.path}::{up_span.qualname}"
         unit.verified = len(pairs)
         matched = {i for i, _ in pairs}
         unit.mismatched = [row for i, row in enumerate(rows) if i not in matched]
-        if unit.mismatched:
-            unit.diff = self._hunks(rows, f, up_rows, pairs)
+        # Anchors: (copy row, index into up_rows) of matched lines, plus both ends.
+        first = self._first_row(span.start)
+        anchors = [(first - 1, -1), *((rows[i], j) for i, j in pairs), (span.end + 1, len(up_rows))]
+        unmatched = set(unit.mismatched)
+        # ADAPTED rows of this unit only: a mark inside a method says nothing about its class's lines.
+        marks = {r for r in [*range(first, span.start), *span.own_rows()] if r in self.facts.adapted}
+        gaps = []
+        for (ca, ua), (cb, ub) in zip(anchors, anchors[1:]):
+            copy_gap = [r for r in range(ca + 1, cb) if r in unmatched]
+            up_gap = up_rows[ua + 1:ub]
+            dropped = []
+            if complete and not any(ca < r < cb for r in marks):
+                # Dropping a comment changes nothing; dropping code must be marked.
+                dropped = [r for r in up_gap if not f.norm[r - 1].startswith("#")]
+            unit.dropped.extend(dropped)
+            if copy_gap or dropped:
+                gaps.append((ca if ua >= 0 else None, cb if ub < len(up_rows) else None, up_gap, copy_gap))
+        unit.diff = self._hunks(f, gaps)
 
-    def _hunks(self, rows: list[int], f: UpstreamFile, up_rows: list[int], pairs: list[tuple[int, int]]) -> list[str]:
-        """Unified-diff-like hunks around the copy lines that have no upstream match.
+    def _first_row(self, start: int) -> int:
+        """Where a definition starts, with the ADAPTED comment rows right above it.
 
-        Upstream lines between two matched anchors are shown as ``-`` (what
-        the copy line presumably replaced), the unmatched copy lines as ``+``.
+        ``# @torch.compile(...)  # ADAPTED: run eagerly`` stands where an
+        upstream decorator was: it belongs to the definition below it.
         """
-        anchors = [(-1, -1), *pairs, (len(rows), len(up_rows))]
+        row = start
+        while row > 1 and row - 1 in self.facts.comment_only and row - 1 in self.facts.adapted:
+            row -= 1
+        return row
+
+    def _hunks(self, f: UpstreamFile, gaps: list[tuple[int | None, int | None, list[int], list[int]]]) -> list[str]:
+        """Unified-diff-like hunks: ``-`` upstream lines, ``+`` copy lines without a match.
+
+        Each hunk sits between two matched lines (shown as context), so the
+        upstream lines between them are what the copy lines replaced or dropped.
+        """
         out: list[str] = []
-        hunks = 0
-        for (ci, ui), (cj, uj) in zip(anchors, anchors[1:]):
-            if cj - ci <= 1:
-                continue  # no unmatched copy line between these anchors
-            hunks += 1
-            if hunks > MAX_HUNKS:
-                out.append("  ... more mismatches not shown")
+        for n, (before, after, up_gap, copy_gap) in enumerate(gaps):
+            if n == MAX_HUNKS:
+                out.append(f"  ... {len(gaps) - MAX_HUNKS} more hunks not shown")
                 break
-            out.append(f"  @@ {self.copy_name}:{rows[ci + 1]} vs {f.path}:{up_rows[ui + 1] if ui + 1 < len(up_rows) else '-'}")
-            if ci >= 0:
-                out.append(f"   {rows[ci]:5d}| {self.facts.lines[rows[ci] - 1].rstrip()}")
-            gap = up_rows[ui + 1:uj]
-            for r in gap[:MAX_GAP_LINES]:
+            where = f"{f.path}:{up_gap[0]}" if up_gap else f.path
+            out.append(f"  @@ {self.copy_name}:{copy_gap[0] if copy_gap else before} vs {where}")
+            if before is not None:
+                out.append(f"   {before:5d}| {self.facts.lines[before - 1].rstrip()}")
+            for r in up_gap[:MAX_GAP_LINES]:
                 out.append(f"  -{r:5d}| {f.lines[r - 1].rstrip()}")
-            if len(gap) > MAX_GAP_LINES:
-                out.append(f"  -     | ... {len(gap) - MAX_GAP_LINES} more upstream lines")
-            for row in rows[ci + 1:cj]:
+            if len(up_gap) > MAX_GAP_LINES:
+                out.append(f"  -     | ... {len(up_gap) - MAX_GAP_LINES} more upstream lines")
+            for row in copy_gap:
                 out.append(f"  +{row:5d}| {self.facts.lines[row - 1].rstrip()}")
-            if cj < len(rows):
-                out.append(f"   {rows[cj]:5d}| {self.facts.lines[rows[cj] - 1].rstrip()}")
+            if after is not None:
+                out.append(f"   {after:5d}| {self.facts.lines[after - 1].rstrip()}")
         return out
 
     # -- module level
@@ -544,13 +598,14 @@ class _Checker:
         """Imports and constants outside definitions: each statement somewhere upstream, in order."""
         unit = UnitReport("<module>", 1)
         body = list(self.tree.body)
-        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                and isinstance(body[0].value.value, str):
+        if ast.get_docstring(self.tree, clean=False) is not None:
             # The copy's own docstring (version, path, qualnames copied): required by
             # docs/adding-a-target.md, so never upstream text. Counted, not checked.
             report.header_docstring = body[0].end_lineno - body[0].lineno + 1
             body = body[1:]
-        inside = {row for node in self.tree.body for row in range(_def_start(node), node.end_lineno + 1)}
+        inside = {row for node in self.tree.body
+                  for row in range(self._first_row(_def_start(node)) if _is_def(node) else node.lineno,
+                                   node.end_lineno + 1)}
         report.module_comments = len([r for r in self.facts.comment_only if r not in inside])
         everything = [(f, [f.norm[r - 1] for r in f.all_rows()]) for f in self.upstream]
         for node in body:
@@ -559,13 +614,14 @@ class _Checker:
             rows = [r for r in self._split(range(node.lineno, node.end_lineno + 1), unit)
                     if r not in self.facts.comment_only]
             wanted = self._norm(rows)
-            if any(len(align(wanted, lines)) == len(wanted) for _, lines in everything):
+            if any(is_subsequence(wanted, lines) for _, lines in everything):
                 unit.verified += len(rows)
                 continue
             unit.mismatched.extend(rows)
             unit.diff.extend(f"  +{row:5d}| {self.facts.lines[row - 1].rstrip()}" for row in rows)
         if unit.mismatched:
-            unit.diff.insert(0, f"  @@ statements not found in {', '.join(f.path for f in self.upstream) or 'any upstream file'}")
+            searched = ", ".join(f.path for f in self.upstream) or "any upstream file"
+            unit.diff.insert(0, f"  @@ statements not found in {searched}")
         # Comment-only rows between top-level statements are not compared (counted above).
         unit.blank += len([r for r in range(1, len(self.facts.lines) + 1)
                            if r not in inside and not self.facts.lines[r - 1].strip()])
@@ -578,13 +634,13 @@ def check_copy(copy_name: str, text: str, source: Source, paths: Sequence[str], 
     report = ModuleReport(copy_name, side, source.version, [])
     upstream = []
     for path in search:
-        upstream_text = source.read(path)
-        if upstream_text is None:
+        parsed = upstream_file(source, path)
+        if parsed is None:
             if path in paths:  # a target record naming a file this version lacks is a real finding
                 report.missing_files.append(path)
             continue  # a path mentioned in a comment may belong to another version
         report.files.append(path)
-        upstream.append(UpstreamFile.from_text(path, upstream_text))
+        upstream.append(parsed)
     checker = _Checker(copy_name, text, upstream)
     report.units.append(checker.check_module_level(report))
     for span in walk_spans(checker.tree.body):
@@ -679,49 +735,66 @@ def _covering_unit(report: ModuleReport, ref: str) -> UnitReport | None:
 # --------------------------------------------------------------------------- output
 
 
+def _describe(source: Source, expected: str) -> str:
+    """The source's path, and its version when that is not the expected one."""
+    if source.version == expected:
+        return source.label
+    return f"{source.label}; {f'it is vllm {source.version}' if source.version else 'its version is not recorded'}"
+
+
 def format_verification(reports: Sequence[ModuleReport], rows: Sequence[TargetRow],
                         sources: Mapping[str, Source]) -> list[str]:
-    out = [f"provenance: {side} copies vs vllm {SIDE_VERSIONS[side]} ({sources[side].label})"
+    out = [f"provenance: {side} copies vs vllm {SIDE_VERSIONS[side]} ({_describe(sources[side], SIDE_VERSIONS[side])})"
            for side in SIDES if side in sources]
-    out += ["", "copy module                    defs verified  adapted  blank/comment/header skipped  mismatched"]
+    out += ["", "every copy line must appear in its upstream definition, in order, modulo whitespace, unless "
+                "marked ADAPTED;", "upstream code a verbatim definition leaves out needs an ADAPTED mark where it was.",
+            "skipped (not compared): blank lines / comment lines outside definitions / the copy's own docstring", "",
+            f"{'copy module':30s} {'definitions':>11s} {'adapted':>8s} {'skipped':>13s} {'mismatched':>10s} "
+            f"{'dropped':>7s}"]
     for r in reports:
         defs = r.definitions
-        verdict = "ok" if r.ok else "FAIL"
         skipped = f"{r.blank}/{r.module_comments}/{r.header_docstring}"
-        out.append(f"{r.copy:30s} {sum(u.ok for u in defs):4d}/{len(defs):<4d}     {r.adapted:5d}    "
-                   f"{skipped:28s}  {r.mismatched:5d}  {verdict}")
-    out += ["", "target                            side       qualnames (verified/copied/named)  adapted  mismatched"]
+        out.append(f"{r.copy:30s} {f'{sum(u.ok for u in defs)}/{len(defs)} ok':>11s} {r.adapted:8d} {skipped:>13s} "
+                   f"{r.mismatched:10d} {r.dropped:7d}  {'verified' if r.ok else 'FAIL'}")
+    out += ["", f"{'target':33s} {'side':9s} {'qualnames ok/copied':>19s} {'adapted':>8s} {'mismatched':>10s} "
+                f"{'dropped':>7s}"]
     for row in rows:
         units = row.units
         copied = sum(u is not None for _, u in row.covered)
         verified = sum(u is not None and u.ok for _, u in row.covered)
-        mismatched = sum(len(u.mismatched) + bool(u.problem and not u.mismatched) for u in units)
-        out.append(f"{row.name:33s} {row.side:10s} {verified:3d}/{copied}/{len(row.covered):<28d} "
-                   f"{sum(u.adapted for u in units):5d}    {mismatched:5d}  {'ok' if verified == copied else 'FAIL'}")
+        out.append(f"{row.name:33s} {row.side:9s} {f'{verified}/{copied}':>19s} {sum(u.adapted for u in units):8d} "
+                   f"{sum(len(u.mismatched) for u in units):10d} {sum(len(u.dropped) for u in units):7d}  "
+                   f"{'verified' if verified == copied > 0 else 'FAIL'}")
+        if not copied:
+            out.append(f"    FAIL: the {row.side} copy holds none of this target's upstream qualnames")
         for ref, unit in row.covered:
             if unit is None:
                 out.append(f"    not copied: {ref}")
             elif not unit.ok:
                 out.append(f"    FAIL: {ref} (copy {unit.qualname})")
-    failing = [(r, u) for r in reports for u in r.failed]
+            elif unit.upstream != ref:
+                out.append(f"    {ref}: verified as copy {unit.qualname} vs {unit.upstream}")
     for r in reports:
         for path in r.missing_files:
-            out.append(f"\n{r.copy}: upstream file {path} is not in vllm {r.version} -- fix the target record")
+            out.append(f"\n{r.copy}: upstream file {path} is not in vllm {r.version}; fix the target record")
+    failing = [(r, u) for r in reports for u in r.failed]
     if failing:
-        out.append("\nmismatches (copy lines not found upstream, in order, modulo whitespace; "
-                   "mark real adaptations `# ADAPTED: <why>`):")
+        out.append("\nmismatches: `+` copy lines not found upstream, `-` upstream lines (dropped ones need an "
+                   "ADAPTED mark where they were). Fix the copy or mark the line `# ADAPTED: <why>`.")
     for r, u in failing:
-        against = f" vs {u.upstream} ({r.side} vllm {r.version})" if u.upstream else ""
-        out.append(f"\n{r.copy}:{u.first_line} {u.qualname}{against}: {len(u.mismatched)} line(s) not upstream")
+        against = f" vs {u.upstream} (vllm {r.version})" if u.upstream else ""
+        counts = [f"{len(u.mismatched)} line(s) not upstream"] if u.mismatched else []
+        counts += [f"{len(u.dropped)} upstream line(s) dropped unmarked"] if u.dropped else []
+        out.append(f"\n{r.copy}:{u.first_line} {u.qualname}{against}: {', '.join(counts) or 'not verified'}")
         if u.problem:
             out.append(f"  {u.problem}")
         out.extend(u.diff)
-    total = sum(r.mismatched for r in reports)
     n_defs = sum(len(r.definitions) for r in reports)
     ok_defs = sum(u.ok for r in reports for u in r.definitions)
-    out.append(f"\n{len(reports)} copy modules, {ok_defs}/{n_defs} definitions verified, "
-               f"{sum(r.adapted for r in reports)} adapted lines, {total} mismatched lines in {len(failing)} units: "
-               + ("OK" if all(r.ok for r in reports) else "FAIL"))
+    ok = all(r.ok for r in reports)
+    out.append(f"\n{len(reports)} copy modules: {ok_defs}/{n_defs} definitions verified, "
+               f"{sum(r.adapted for r in reports)} adapted lines, {sum(r.mismatched for r in reports)} mismatched "
+               f"lines, {sum(r.dropped for r in reports)} unmarked dropped lines: " + ("OK" if ok else "FAIL"))
     return out
 
 
@@ -735,81 +808,111 @@ class Drift:
     base_version: str | None
     status: str  # "unchanged", "whitespace", "changed", "missing", "not in base"
     diff: list[str] = field(default_factory=list)
+    same_as_optimized: bool = False  # legacy side: the function did not change 0.27.1 -> 0.28.0
+    owners: list[str] = field(default_factory=list)  # targets naming it, or the copy modules holding it
+    helper: bool = False  # not named by a target: a definition a copy holds verbatim
 
 
-def extract(source: Source, ref: str, cache: dict | None = None) -> str | None:
-    """The source text of ``path::qualname`` (decorators included), or None if absent."""
+def definition_text(source: Source, ref: str) -> tuple[str, int] | None:
+    """(text, first line) of a function; of a class, its own lines (methods are compared one by one)."""
     path, qualname = split_upstream(ref)
-    key = (id(source), path)
-    parsed = cache.get(key) if cache is not None else None
-    if parsed is None:
-        text = source.read(path)
-        parsed = UpstreamFile.from_text(path, text) if text is not None else False
-        if cache is not None:
-            cache[key] = parsed
-    if not parsed or qualname not in parsed.spans:
+    parsed = upstream_file(source, path)
+    if parsed is None or qualname not in parsed.spans:
         return None
-    span = parsed.spans[qualname]
-    return "\n".join(parsed.lines[span.start - 1:span.end]) + "\n"
+    spans = parsed.spans[qualname]
+    rows = [row for span in spans for row in span.own_rows()]
+    return "\n".join(parsed.lines[row - 1] for row in rows) + "\n", spans[0].start
 
 
-def compare(ref: str, side: str, base: Source, new: Source, cache: dict) -> Drift:
-    old_text, new_text = extract(base, ref, cache), extract(new, ref, cache)
+def extract(source: Source, ref: str) -> str | None:
+    """The source text of ``path::qualname`` (decorators included; a class without its methods)."""
+    found = definition_text(source, ref)
+    return found[0] if found else None
+
+
+def _same(a: str, b: str) -> bool:
+    """Equal modulo whitespace (blank lines and indentation runs ignored)."""
+    return [normalize(x) for x in a.splitlines() if x.strip()] == [normalize(x) for x in b.splitlines() if x.strip()]
+
+
+def compare(ref: str, side: str, base: Source, new: Source) -> Drift:
+    old, now = definition_text(base, ref), definition_text(new, ref)
     drift = Drift(ref, side, base.version, "unchanged")
-    if old_text is None:
+    if old is None:
         drift.status = "not in base"
-    elif new_text is None:
+    elif now is None:
         drift.status = "missing"
-    elif old_text != new_text:
-        same = [normalize(x) for x in old_text.splitlines() if x.strip()] == \
-               [normalize(x) for x in new_text.splitlines() if x.strip()]
-        drift.status = "whitespace" if same else "changed"
-        drift.diff = list(difflib.unified_diff(old_text.splitlines(), new_text.splitlines(),
-                                               f"vllm {base.version or base.label}", f"vllm {new.version or new.label}",
-                                               lineterm="", n=2))
+    elif old[0] != now[0]:
+        drift.status = "whitespace" if _same(old[0], now[0]) else "changed"
+        path = split_upstream(ref)[0]
+        drift.diff = list(difflib.unified_diff(
+            old[0].splitlines(), now[0].splitlines(), f"vllm {base.version or base.label} {path}:{old[1]}",
+            f"vllm {new.version or new.label} {path}:{now[1]}", lineterm="", n=2))
     return drift
 
 
 def drift_report(targets: Sequence, sources: Mapping[str, Source], against: Source,
                  reports: Sequence[ModuleReport] = ()) -> list[Drift]:
-    """Target qualnames first, then helpers the copies were verified against, per side."""
-    cache: dict = {}
-    refs = list(dict.fromkeys(ref for t in targets for ref in t.upstream))
-    helpers = {side: [u.upstream for r in reports if r.side == side for u in r.definitions
-                      if u.upstream and u.upstream not in refs] for side in SIDES}
-    found = []
-    for side in SIDES:
-        if side not in sources:
-            continue
-        for ref in [*refs, *dict.fromkeys(helpers[side])]:
-            found.append(compare(ref, side, sources[side], against, cache))
-    return found
+    """Per side: the targets' qualnames, then the upstream definitions the copies hold verbatim.
 
-
-def format_drift(drifts: Sequence[Drift], targets: Sequence, against: Source) -> list[str]:
-    out = [f"drift: vllm {against.version or '?'} ({against.label}) against the versions the copies were taken from"]
+    Stand-ins (ADAPTED headers) are left out of the helpers: they follow
+    upstream only as far as the copy needs, so upstream edits to them are noise.
+    """
     owners: dict[str, list[str]] = {}
     for t in targets:
         for ref in t.upstream:
             owners.setdefault(ref, []).append(t.name)
-    word = {"unchanged": "unchanged", "whitespace": "unchanged (whitespace only)", "changed": "CHANGED",
-            "missing": f"MISSING in {against.version or against.label}", "not in base": "not in base version"}
-    for side in SIDES:
+    found = []
+    for side in (s for s in ("optimized", "legacy") if s in sources):
+        helpers: dict[str, list[str]] = {}
+        for r in (r for r in reports if r.side == side):
+            for u in r.definitions:
+                if u.upstream and not u.stand_in and u.verified and u.upstream not in owners:
+                    helpers.setdefault(u.upstream, []).append(r.copy)
+        for ref, who in [*owners.items(), *helpers.items()]:
+            drift = compare(ref, side, sources[side], against)
+            drift.owners, drift.helper = list(dict.fromkeys(who)), ref in helpers
+            if side == "legacy" and "optimized" in sources:
+                old, opt = definition_text(sources["legacy"], ref), definition_text(sources["optimized"], ref)
+                drift.same_as_optimized = bool(old and opt and old[0] == opt[0])
+            found.append(drift)
+    return found
+
+
+def format_drift(drifts: Sequence[Drift], against: Source, legacy_diffs: bool = False) -> list[str]:
+    """Statuses per side, then diffs: always for the optimized side, for the legacy side on request.
+
+    The legacy copies are pre-PR code on purpose, so their drift mostly is the
+    PR itself; a legacy function that 0.28.0 left alone drifts exactly like
+    its optimized twin (marked ``= optimized``). Unchanged helpers are only counted.
+    """
+    version = against.version or against.label
+    out = [f"drift: vllm {against.version or '?'} ({against.label}) against the versions the copies were taken from"]
+    word = {"unchanged": "unchanged", "whitespace": "whitespace only", "changed": "CHANGED",
+            "missing": f"MISSING in {version}", "not in base": "not in base version"}
+    for side in ("optimized", "legacy"):
         mine = [d for d in drifts if d.side == side]
         if not mine:
             continue
         out.append(f"\n{side} side (copied from vllm {mine[0].base_version}):")
+        quiet = [d for d in mine if d.helper and d.status == "unchanged"]
         for d in mine:
-            who = ", ".join(owners.get(d.ref, [])) or "helper"
-            out.append(f"  {word[d.status]:28s} {d.ref}  [{who}]")
+            if d not in quiet:
+                same = " (= optimized)" if d.same_as_optimized and d.status != "unchanged" else ""
+                helper = "helper in " if d.helper else ""
+                out.append(f"  {word[d.status]:24s} {d.ref}  [{helper}{', '.join(d.owners)}]{same}")
+        if quiet:
+            out.append(f"  unchanged                {len(quiet)} more definitions the {side} copies hold verbatim")
         for d in mine:
-            if d.status == "changed":
-                out.append(f"\n  --- {side}: {d.ref} changed since vllm {d.base_version}")
-                out.extend("    " + line for line in d.diff)
+            if d.status != "changed" or (side == "legacy" and not legacy_diffs):
+                continue
+            out.append(f"\n  {side}: {d.ref} changed since vllm {d.base_version}")
+            out.extend("    " + line for line in d.diff)
     changed = [d for d in drifts if d.status in ("changed", "missing")]
-    refresh = sorted({name for d in changed for name in owners.get(d.ref, ["(helpers)"]) if d.side == "optimized"})
-    out.append(f"\n{len(changed)} of {len(drifts)} function/side pairs changed or missing"
-               + (f"; optimized copies to refresh for: {', '.join(refresh)}" if refresh else ""))
+    refresh = sorted({name for d in changed if d.side == "optimized" for name in d.owners})
+    out.append(f"\n{len(changed)} of {len(drifts)} definition/side pairs changed or missing in {version}"
+               + (f"; optimized copies to refresh: {', '.join(refresh)}" if refresh else "")
+               + ("" if legacy_diffs else "; legacy diffs: --legacy-diffs"))
     return out
 
 
@@ -825,14 +928,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     "With --against, report which upstream functions changed since those versions instead.")
     p.add_argument("--target", action="append", default=[], metavar="NAME",
                    help="only this target's copy modules (repeatable; default: every copy module)")
-    p.add_argument("--legacy-source", metavar="PATH",
-                   help=f"vllm {SIDE_VERSIONS['legacy']} as a .whl or a directory holding vllm/ (default: pip download, cached)")
-    p.add_argument("--optimized-source", metavar="PATH",
-                   help=f"vllm {SIDE_VERSIONS['optimized']} as a .whl or a directory holding vllm/ (default: pip download, cached)")
+    for side in SIDES:
+        env = f"SYNCFUZZ_{side.upper()}_SOURCE"
+        p.add_argument(f"--{side}-source", metavar="PATH",
+                       help=f"vllm {SIDE_VERSIONS[side]}: a .whl, a directory holding vllm/ (checkout, site-packages) "
+                            f"or 'installed' (default: ${env}, else pip download into the cache)")
     p.add_argument("--cache", metavar="DIR",
                    help=f"wheel cache (default ${CACHE_ENV}, else ~/.cache/syncfuzz/wheels)")
     p.add_argument("--against", metavar="vllm==X|PATH",
-                   help="drift: compare the upstream functions with this version (vllm==X, a .whl or a directory)")
+                   help="drift: compare the upstream functions with this version (vllm==X, a .whl, a directory or "
+                        "'installed') instead of verifying the copies")
+    p.add_argument("--legacy-diffs", action="store_true",
+                   help="with --against: also print the legacy side's diffs (they mostly show the PR itself)")
 
 
 def cmd_provenance(args: argparse.Namespace) -> int:
@@ -841,23 +948,36 @@ def cmd_provenance(args: argparse.Namespace) -> int:
     cache = Path(args.cache).expanduser() if getattr(args, "cache", None) else default_cache()
     if cache.exists() and not cache.is_dir():
         raise UsageError(f"--cache {str(cache)!r} is a file; pass a directory (it is created if missing)")
+    against_spec = getattr(args, "against", None)
+    if getattr(args, "legacy_diffs", False) and not against_spec:
+        raise UsageError("--legacy-diffs only applies to drift; add --against vllm==VERSION (or a path)")
     chosen = lookup(getattr(args, "target", []) or [])
-    all_targets = lookup([])
-    sources = {
-        side: resolve_source(getattr(args, f"{side}_source", None), SIDE_VERSIONS[side], cache, f"--{side}-source")
-        for side in SIDES
-    }
-    modules = None
+    # Every usage error is raised before the first (slow) download.
+    given: dict[str, tuple[Source, str]] = {}
+    for side in SIDES:
+        flag, env = f"--{side}-source", f"SYNCFUZZ_{side.upper()}_SOURCE"
+        if getattr(args, f"{side}_source", None):
+            given[side] = open_source(getattr(args, f"{side}_source"), flag), flag
+        elif os.environ.get(env):  # CI or a maintainer's checkout, without repeating the flag
+            given[side] = open_source(os.environ[env], env), env
+    against_version = _against_version(against_spec) if against_spec else None
+    against = open_source(against_spec, "--against") if against_spec and not against_version else None
+    for side, (source, flag) in given.items():
+        if source.version and source.version != SIDE_VERSIONS[side]:
+            print(f"[provenance] warning: {flag} is vllm {source.version}, but the {side} copies were "
+                  f"taken from vllm {SIDE_VERSIONS[side]}", file=sys.stderr)
+    sources = {side: given[side][0] if side in given else WheelSource(fetch_wheel(SIDE_VERSIONS[side], cache))
+               for side in SIDES}
+    modules: dict[str, list[str] | None] = {side: None for side in SIDES}  # None: every copy module
     if getattr(args, "target", None):
         modules = {side: sorted({_module_of(getattr(t, side)) for t in chosen}) for side in SIDES}
-    # Every target's record contributes upstream files, even under --target: a module is
+    # Every target record contributes upstream files, even under --target: a copy module is
     # shared by several targets (keye.py) and its helpers may come from any of their files.
-    reports = [r for side in SIDES
-               for r in check_side(side, sources[side], all_targets, modules[side] if modules else None)]
-    if getattr(args, "against", None):
-        against = parse_against(args.against, cache)
+    reports = [r for side in SIDES for r in check_side(side, sources[side], lookup([]), modules[side])]
+    if against_spec:
+        against = against or WheelSource(fetch_wheel(against_version, cache))
         drifts = drift_report(chosen, sources, against, reports)
-        for line in format_drift(drifts, chosen, against):
+        for line in format_drift(drifts, against, getattr(args, "legacy_diffs", False)):
             print(line)
         return EXIT_FAILURE if any(d.status in ("changed", "missing") for d in drifts) else EXIT_OK
     for line in format_verification(reports, target_rows(chosen, reports), sources):

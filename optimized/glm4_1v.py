@@ -14,7 +14,7 @@ Glm4vVisionTransformer itself is far larger (attention blocks, TP layers); only
 the attributes pos_embeds_interpolate reads are reproduced, in a stand-in class
 marked ADAPTED below.
 """
-from types import SimpleNamespace
+from types import SimpleNamespace  # ADAPTED: for the Glm4vVisionConfig stand-in
 
 import numpy as np
 import torch

@@ -1,0 +1,215 @@
+"""``python -m fuzz selftest``: measure the fuzzer's own power by mutation.
+
+Each operator below makes one small edit to the optimized copy's function (the
+kind of slip a reviewer could miss). Every mutant becomes a target of its own
+and is fuzzed with a small budget; a mutant is *killed* when the fuzzer
+reports any failing verdict. The kill rate per target is the fuzzer's measured
+power; each survivor is either a blind spot (fix the strategies) or shown
+equivalent to the original and listed, with the reason, in
+docs/selftest-equivalent.json.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import importlib
+import inspect
+import json
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Iterator
+
+from fuzz.runner import RunOptions, fuzz_target
+from fuzz.targets import Target
+
+EQUIVALENT_FILE = Path(__file__).resolve().parents[1] / "docs" / "selftest-equivalent.json"
+_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.FloorDiv: ast.Mult, ast.Div: ast.Mult,
+          ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+_NAME_SWAPS = {"h": "w", "w": "h", "height": "width", "width": "height", "t": "h"}
+_DROPPABLE_KEYWORDS = {"output_size", "dtype", "device", "non_blocking", "dim"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    operator: str
+    line: int  # in the optimized module
+    code: str  # the original line, stripped
+    description: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.operator}@{self.line}: {self.description}"
+
+
+class _Mutator(ast.NodeTransformer):
+    """Applies the ``index``-th possible mutation inside ``scope`` (a function node)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.seen = 0
+        self.applied: tuple[str, int, str] | None = None
+
+    def _hit(self, node: ast.AST, operator: str, description: str) -> bool:
+        hit = self.seen == self.index
+        self.seen += 1
+        if hit:
+            # The column tells apart two edits of one line (`eq(0)` vs `cumsum(0)`).
+            self.applied = (operator, node.lineno, f"{description} (col {node.col_offset})")
+        return hit
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Mod) and self._hit(node, "drop-mod", "x % n -> x"):
+            return node.left
+        swap = _SWAPS.get(type(node.op))
+        if swap and self._hit(node, "arith-swap", f"{type(node.op).__name__} -> {swap.__name__}"):
+            node.op = swap()
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        for i, op in enumerate(node.ops):
+            swap = _SWAPS.get(type(op))
+            if swap and self._hit(node, "compare-swap", f"{type(op).__name__} -> {swap.__name__}"):
+                node.ops[i] = swap()
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, int) and not isinstance(node.value, bool):
+            for delta in (1, -1):
+                if self._hit(node, "constant", f"{node.value} -> {node.value + delta}"):
+                    return ast.copy_location(ast.Constant(node.value + delta), node)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        other = _NAME_SWAPS.get(node.id)
+        if other and isinstance(node.ctx, ast.Load) and self._hit(node, "name-swap", f"{node.id} -> {other}"):
+            return ast.copy_location(ast.Name(other, node.ctx), node)
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        for i, keyword in enumerate(node.keywords):
+            if keyword.arg in _DROPPABLE_KEYWORDS and self._hit(node, "drop-keyword", f"drop {keyword.arg}="):
+                node.keywords = node.keywords[:i] + node.keywords[i + 1:]
+                break
+        return node
+
+
+def _function_node(tree: ast.Module, qualname: str) -> ast.AST:
+    node: ast.AST = tree
+    for part in qualname.split("."):
+        node = next(n for n in ast.iter_child_nodes(node)
+                    if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.name == part)
+    return node
+
+
+def _adapted_lines(source: str) -> set[int]:
+    return {i for i, line in enumerate(source.splitlines(), 1) if "# ADAPTED" in line}
+
+
+def mutants_of(target: Target) -> Iterator[tuple[Mutant, str]]:
+    """Every mutant of the target's optimized function, with the mutated module source."""
+    module_name, _, qualname = target.optimized.partition(":")
+    source = inspect.getsource(importlib.import_module(module_name))
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    adapted = _adapted_lines(source)
+    index = 0
+    while True:
+        mutated = copy.deepcopy(tree)
+        function = _function_node(mutated, qualname)
+        mutator = _Mutator(index)
+        mutator.visit(function)
+        if mutator.applied is None:
+            return
+        index += 1
+        operator, line, description = mutator.applied
+        if line in adapted:
+            continue  # our own scaffolding, not upstream code
+        yield Mutant(operator, line, lines[line - 1].strip(), description), ast.unparse(mutated)
+
+
+def _register(name: str, source: str) -> ModuleType:
+    module = ModuleType(name)
+    module.__file__ = f"<selftest mutant {name}>"
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _with_alarm(seconds: int, run: Callable[[], bool]) -> bool:
+    """A mutant that loops forever counts as killed (the watchdog would catch it)."""
+    def ring(signum, frame):  # noqa: ANN001
+        raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try:
+        return run()
+    except _Timeout:
+        return True
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_mutant(target: Target, mutant: Mutant, source: str, number: int, options: RunOptions) -> bool:
+    """True when the fuzzer kills the mutant."""
+    name = f"fuzz._selftest_mutant_{target.name.replace('-', '_')}_{number}"
+    _register(name, source)
+    _, _, qualname = target.optimized.partition(":")
+    mutant_target = dataclasses.replace(target, name=f"{target.name}~{number}", optimized=f"{name}:{qualname}")
+    try:
+        return _with_alarm(60, lambda: bool(fuzz_target(mutant_target, options, None).failures))
+    except Exception:  # noqa: BLE001 -- a mutant that breaks the harness is detected, not survived
+        return True
+    finally:
+        sys.modules.pop(name, None)
+
+
+def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[dict]:
+    return json.loads(path.read_text())["equivalent"] if path.exists() else []
+
+
+def _is_equivalent(target: Target, mutant: Mutant, equivalents: list[dict], devices: tuple[str, ...]) -> str | None:
+    """The listed reason, if this mutant was shown equivalent (on these devices)."""
+    for entry in equivalents:
+        if entry["target"] == target.name and entry["operator"] == mutant.operator \
+                and entry["code"] == mutant.code and entry["description"] == mutant.description \
+                and set(devices) <= set(entry.get("devices", devices)):
+            return entry["reason"]
+    return None
+
+
+def selftest_target(target: Target, options: RunOptions, equivalents: list[dict],
+                    limit: int | None = None) -> dict:
+    killed, survived, equivalent = [], [], []
+    for number, (mutant, source) in enumerate(mutants_of(target)):
+        if limit is not None and number >= limit:
+            break
+        reason = _is_equivalent(target, mutant, equivalents, options.devices)
+        if run_mutant(target, mutant, source, number, options):
+            killed.append(mutant)
+        elif reason:
+            equivalent.append((mutant, reason))
+        else:
+            survived.append(mutant)
+    scored = len(killed) + len(survived)
+    return {
+        "target": target.name,
+        "mutants": scored + len(equivalent),
+        "killed": len(killed),
+        "equivalent": [{"mutant": m.key, "code": m.code, "reason": r} for m, r in equivalent],
+        "survived": [{"mutant": m.key, "code": m.code} for m in survived],
+        "kill_rate": round(len(killed) / scored, 4) if scored else 1.0,
+    }

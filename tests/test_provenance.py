@@ -1,0 +1,375 @@
+"""``python -m fuzz provenance``: the line matcher, drift, the CLI, and the real copies.
+
+The matcher and drift tests use small in-memory sources and run anywhere. The
+tests marked by the ``wheels`` fixture need the vllm 0.27.1 / 0.28.0 wheels:
+found in the wheel cache (``$SYNCFUZZ_WHEEL_CACHE``, default
+``~/.cache/syncfuzz/wheels``) or given as ``$SYNCFUZZ_LEGACY_SOURCE`` /
+``$SYNCFUZZ_OPTIMIZED_SOURCE``, else downloaded with pip (~320 MB each, once);
+without network they are skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import tests.planted as planted
+from fuzz import provenance as prov
+from fuzz.catalog import TARGETS
+from fuzz.errors import UsageError
+from fuzz.provenance import TextSource, check_copy
+
+ROOT = Path(__file__).resolve().parents[1]
+UPSTREAM_PATH = "vllm/model_executor/models/toy.py"
+
+UPSTREAM = '''\
+import numpy as np
+import torch
+
+SCALE = 2
+
+
+class Toy(torch.nn.Module):
+    """A toy model."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.big = torch.nn.Linear(n, n)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Scale, then shift."""
+        y = x * SCALE
+        # shift by n
+        y = y + self.n
+        return y.to(x.device, non_blocking=True)
+
+
+@torch.compile(dynamic=True)
+def helper(a, b):
+    c = a + b
+    d = c * 2
+    return d
+'''
+
+
+def check(copy: str, upstream: str = UPSTREAM):
+    source = TextSource({UPSTREAM_PATH: upstream}, version="0.28.0")
+    return check_copy("optimized/toy.py", textwrap.dedent(copy), source, [UPSTREAM_PATH], "optimized")
+
+
+def unit(report, qualname: str):
+    return next(u for u in report.units if u.qualname == qualname)
+
+
+# --------------------------------------------------------------------------- matcher on synthetic sources
+
+
+def test_verbatim_copy_verifies():
+    report = check(UPSTREAM)
+    assert report.ok, [u.diff for u in report.failed]
+    assert {u.qualname for u in report.definitions} == {"Toy", "Toy.__init__", "Toy.forward", "helper"}
+    assert all(u.upstream == f"{UPSTREAM_PATH}::{u.qualname}" for u in report.definitions)
+
+
+def test_whitespace_does_not_matter():
+    copy = UPSTREAM.replace("y = x * SCALE", "y   =  x *  SCALE").replace("    c = a + b", "    c =  a + b  ")
+    assert check(copy).ok
+    assert not check(UPSTREAM.replace("y = x * SCALE", "y = x*SCALE")).ok  # inside a line, a gap is a token break
+
+
+def test_adapted_lines_are_skipped_and_counted():
+    copy = UPSTREAM.replace("        self.big = torch.nn.Linear(n, n)\n",
+                            "        self.big = None  # ADAPTED: the layer is not under test\n")
+    report = check(copy)
+    assert report.ok
+    assert unit(report, "Toy.__init__").adapted == 1
+
+
+def test_an_edited_line_fails_with_a_diff():
+    report = check(UPSTREAM.replace("y = x * SCALE", "y = x * (SCALE + 1)"))
+    assert not report.ok
+    bad = unit(report, "Toy.forward")
+    assert len(bad.mismatched) == 1
+    text = "\n".join(bad.diff)
+    assert "+" in text and "y = x * (SCALE + 1)" in text and "y = x * SCALE" in text
+
+
+def test_an_edited_docstring_fails():
+    assert not check(UPSTREAM.replace('"""Scale, then shift."""', '"""Shift, then scale."""')).ok
+
+
+def test_reordered_lines_fail():
+    copy = UPSTREAM.replace("    c = a + b\n    d = c * 2\n", "    d = c * 2\n    c = a + b\n")
+    report = check(copy)
+    assert not unit(report, "helper").ok
+    assert len(unit(report, "helper").mismatched) == 1
+
+
+def test_a_missing_qualname_fails():
+    copy = UPSTREAM + "\n\ndef not_upstream(a):\n    return a\n"
+    report = check(copy)
+    bad = unit(report, "not_upstream")
+    assert not bad.ok and "not in upstream" in bad.problem
+
+
+def test_a_method_under_the_wrong_class_fails():
+    copy = UPSTREAM.replace("class Toy(", "class Other(")
+    report = check(copy)
+    assert not unit(report, "Other.forward").ok
+
+
+def test_a_dropped_upstream_line_fails_unless_marked():
+    dropped = UPSTREAM.replace("        y = y + self.n\n", "")
+    assert unit(check(dropped), "Toy.forward").dropped
+    marked = UPSTREAM.replace("        y = y + self.n\n", "        # ADAPTED: shift dropped (not under test)\n")
+    assert check(marked).ok
+
+
+def test_a_decorator_replaced_by_an_adapted_comment_is_accounted():
+    copy = UPSTREAM.replace("@torch.compile(dynamic=True)\n", "# @torch.compile(dynamic=True)  # ADAPTED: eager\n")
+    report = check(copy)
+    assert report.ok and unit(report, "helper").adapted == 1
+    assert not unit(check(UPSTREAM.replace("@torch.compile(dynamic=True)\n", "")), "helper").ok
+
+
+def test_a_stand_in_class_holds_verbatim_methods():
+    copy = '''\
+    import torch
+
+
+    class Toy(torch.nn.Module):  # ADAPTED: stand-in, only what forward reads
+        def __init__(self, n: int) -> None:  # ADAPTED
+            super().__init__()
+            self.n = n
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            """Scale, then shift."""
+            y = x * SCALE
+            # shift by n
+            y = y + self.n
+            return y.to(x.device, non_blocking=True)
+
+        def extra(self) -> int:  # ADAPTED: stand-in helper
+            return 3  # ADAPTED
+    '''
+    report = check(copy)
+    assert report.ok, [u.diff for u in report.failed]
+    assert unit(report, "Toy").stand_in and unit(report, "Toy.forward").upstream.endswith("::Toy.forward")
+    edited = check(copy.replace("y = y + self.n", "y = y - self.n"))
+    assert not unit(edited, "Toy.forward").ok
+
+
+def test_a_multiline_docstring_is_marked_on_its_last_line():
+    copy = '''\
+    class Shim:  # ADAPTED: not upstream
+        """A stand-in.
+
+        Two paragraphs of our own.
+        """  # ADAPTED
+    '''
+    report = check(copy)
+    assert report.ok and unit(report, "Shim").adapted == 5  # the class line and the four docstring rows
+
+
+def test_module_level_lines_must_be_upstream_or_adapted():
+    copy = '"""Copied from vllm 0.28.0 (the copy\'s own docstring is not compared)."""\n' + UPSTREAM
+    assert check(copy).ok and check(copy).header_docstring == 1
+    assert not check("from types import SimpleNamespace\n" + UPSTREAM).ok
+    assert check("from types import SimpleNamespace  # ADAPTED: config stand-in\n" + UPSTREAM).ok
+    assert not check(UPSTREAM.replace("SCALE = 2", "SCALE = 3")).ok
+
+
+def test_helpers_may_come_from_a_file_the_copy_names():
+    other = "vllm/utils/math_utils.py"
+    body = "def round_up(x, y):\n    return ((x + y - 1) // y) * y\n"
+    copy = f'"""Copied from vllm 0.28.0: {UPSTREAM_PATH}, {other}."""\n\n\n{body}'
+    files = {UPSTREAM_PATH: UPSTREAM, other: body}
+    report = check_copy("optimized/toy.py", copy, TextSource(files), [UPSTREAM_PATH])
+    assert report.ok and unit(report, "round_up").upstream == f"{other}::round_up"
+
+
+def test_a_target_file_missing_from_the_version_is_reported():
+    report = check_copy("optimized/toy.py", UPSTREAM, TextSource({}), [UPSTREAM_PATH])
+    assert not report.ok and report.missing_files == [UPSTREAM_PATH]
+
+
+def test_a_property_getter_and_setter_both_verify():
+    upstream = UPSTREAM.replace("    def forward(", """    @property
+    def size(self) -> int:
+        return self.n
+
+    @size.setter
+    def size(self, value: int) -> None:
+        self.n = value
+
+    def forward(""")
+    assert check(upstream, upstream).ok
+    assert not check(upstream.replace("self.n = value", "self.n = -value"), upstream).ok
+
+
+def test_the_lcs_reports_the_fewest_mismatches():
+    pairs = prov.align(["a", "x", "b", "c"], ["a", "b", "c"])
+    assert [i for i, _ in pairs] == [0, 2, 3]
+
+
+# --------------------------------------------------------------------------- drift on synthetic sources
+
+
+def test_drift_statuses_and_diff():
+    base = TextSource({UPSTREAM_PATH: UPSTREAM}, version="0.28.0")
+    changed = UPSTREAM.replace("d = c * 2", "d = c * 3").replace("def helper(", "def helper2(")
+    new = TextSource({UPSTREAM_PATH: changed.replace("def helper2(", "def helper(")}, version="0.33.0")
+    same = prov.compare(f"{UPSTREAM_PATH}::Toy.forward", "optimized", base, new)
+    diff = prov.compare(f"{UPSTREAM_PATH}::helper", "optimized", base, new)
+    gone = prov.compare(f"{UPSTREAM_PATH}::Toy.gone", "optimized", base, new)
+    assert (same.status, diff.status, gone.status) == ("unchanged", "changed", "not in base")
+    assert "-    d = c * 2" in diff.diff and "+    d = c * 3" in diff.diff
+    removed = TextSource({UPSTREAM_PATH: UPSTREAM.replace("def forward(", "def renamed(")}, version="0.33.0")
+    assert prov.compare(f"{UPSTREAM_PATH}::Toy.forward", "optimized", base, removed).status == "missing"
+    spaced = TextSource({UPSTREAM_PATH: UPSTREAM.replace("c = a + b", "c = a  +  b")}, version="0.33.0")
+    assert prov.compare(f"{UPSTREAM_PATH}::helper", "optimized", base, spaced).status == "whitespace"
+
+
+def test_class_drift_ignores_its_methods():
+    base = TextSource({UPSTREAM_PATH: UPSTREAM}, version="0.28.0")
+    new = TextSource({UPSTREAM_PATH: UPSTREAM.replace("y = x * SCALE", "y = x / SCALE")}, version="0.33.0")
+    assert prov.compare(f"{UPSTREAM_PATH}::Toy", "optimized", base, new).status == "unchanged"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m fuzz")
+    prov.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(["provenance", *argv])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--against", "vllm=0.33"], "neither vllm==VERSION nor an existing path"),
+    (["--legacy-source", "/no/such/wheel.whl"], "does not exist"),
+    (["--optimized-source", __file__], "is not a .whl file"),
+    (["--optimized-source", str(Path(__file__).parent)], "has no vllm/ package"),
+    (["--legacy-diffs"], "--against"),
+    (["--target", "glm4-embeddings"], "closest matches: glm4v-embeddings"),
+    (["--cache", __file__], "is a file"),
+])
+def test_usage_errors_are_one_line_before_any_download(argv, message, tmp_path):
+    args = parse("--cache", str(tmp_path / "empty-cache"), *argv)
+    with pytest.raises(UsageError, match=message) as caught:
+        prov.cmd_provenance(args)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").iterdir())
+
+
+def test_provenance_is_wired_into_the_cli(capsys):
+    from fuzz.cli import main
+
+    code = main(["provenance", "--against", "vllm=0.33"])
+    assert code == 2, "fuzz/cli.py must route `provenance` to fuzz.provenance.cmd_provenance"
+    assert "vllm==VERSION" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the real copies and wheels
+
+
+def _side_source(side: str) -> prov.Source:
+    """$SYNCFUZZ_<SIDE>_SOURCE, else the cached wheel, else a pip download; a skip without network."""
+    given = os.environ.get(f"SYNCFUZZ_{side.upper()}_SOURCE")
+    if given:
+        return prov.open_source(given, f"SYNCFUZZ_{side.upper()}_SOURCE")
+    version, cache = prov.SIDE_VERSIONS[side], prov.default_cache()
+    try:
+        # Few, short retries: on a host without network (the GPU hosts) this must skip fast.
+        wheel = prov.fetch_wheel(version, cache, quiet=True, pip_args=("--retries", "1", "--timeout", "15"))
+        return prov.WheelSource(wheel)
+    except UsageError as exc:
+        pytest.skip(f"vllm {version} wheel is not in {cache} and could not be downloaded: {exc}")
+
+
+@pytest.fixture(scope="module")
+def wheels() -> dict[str, prov.Source]:
+    return {side: _side_source(side) for side in prov.SIDES}
+
+
+def copy_text(side: str, module: str) -> str:
+    return (ROOT / side / f"{module}.py").read_text(encoding="utf-8")
+
+
+def check_real(wheels, side: str, module: str, text: str) -> prov.ModuleReport:
+    files = prov.upstream_files_by_module(TARGETS)[module]
+    return check_copy(f"{side}/{module}.py", text, wheels[side], files, side)
+
+
+def test_fla_copies_verify(wheels):
+    for side in prov.SIDES:
+        report = check_real(wheels, side, "fla_index", copy_text(side, "fla_index"))
+        assert report.ok, "\n".join(line for u in report.failed for line in u.diff)
+
+
+def test_a_planted_edit_of_a_real_copy_is_caught(wheels):
+    text = copy_text("optimized", "fla_index")
+    planted_text = text.replace("cu_seqlens.new_zeros(1)", "cu_seqlens.new_ones(1)")
+    assert planted_text != text
+    report = check_real(wheels, "optimized", "fla_index", planted_text)
+    bad = unit(report, "prepare_chunk_offsets")
+    assert not report.ok and not bad.ok
+    assert any("new_ones(1)" in line for line in bad.diff)
+
+
+_BASES: dict[str, prov.ModuleReport] = {}
+
+
+def _base_report(wheels, module: str) -> prov.ModuleReport:
+    """The unmodified optimized copy's report, once per module (the mutant must add failures to it)."""
+    if module not in _BASES:
+        _BASES[module] = check_real(wheels, "optimized", module, copy_text("optimized", module))
+    return _BASES[module]
+
+
+PLANTS = {p.name: p for p in [*planted.BUGS, *planted.BENIGN, *planted.SYNC_BUGS, *planted.STRESS_BUGS]}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_every_planted_mutant_is_caught(name, wheels):
+    """Each one-edit mutant of tests/planted departs from upstream: provenance must say so.
+
+    Unless the edit only touches lines already marked ADAPTED (e.g. a shim import),
+    which by definition are not upstream text.
+    """
+    plant = PLANTS[name]
+    module = plant.module.split(".", 1)[1]
+    text = copy_text("optimized", module)
+    assert text.count(plant.old) == 1
+    mutant = text.replace(plant.old, plant.new)
+    start = text.index(plant.old)
+    first = text.count("\n", 0, start) + 1
+    rows = range(first, first + plant.old.count("\n") + 1)
+    facts = prov.CopyLines.from_text(text)
+    if all(row in facts.adapted for row in rows):
+        pytest.skip(f"{name} edits ADAPTED lines only (rows {list(rows)}), which are not upstream text")
+    base = _base_report(wheels, module)
+    report = check_real(wheels, "optimized", module, mutant)
+    assert report.mismatched + report.dropped > base.mismatched + base.dropped, f"{name}: {plant.why}"
+
+
+def test_every_target_definition_verifies(wheels):
+    reports = [r for side in prov.SIDES for r in prov.check_side(side, wheels[side], TARGETS)]
+    failing = [f"{row.name} {row.side}: {ref}" for row in prov.target_rows(TARGETS, reports)
+               for ref, u in row.covered if u is not None and not u.ok]
+    assert not failing, failing
+
+
+def test_every_copy_line_verifies(wheels, capsys):
+    """The acceptance check: `python -m fuzz provenance` exits 0 on the real copies."""
+    args = parse("--legacy-source", wheels["legacy"].label, "--optimized-source", wheels["optimized"].label)
+    code = prov.cmd_provenance(args)
+    out = capsys.readouterr().out
+    assert code == 0, out[out.find("mismatches:"):] if "mismatches:" in out else out
+    for target in TARGETS:
+        assert target.name in out
