@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--seed", type=_seed, default=0)
     selftest.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
     selftest.add_argument("--limit", type=_positive_int, metavar="N", help="at most N mutants per target")
+    selftest.add_argument("--contract", default="caller", choices=CONTRACTS)
     selftest.add_argument("--json", metavar="FILE", help="write the results as JSON")
     selftest.add_argument("--min-kill-rate", type=float, metavar="R",
                           help="exit 1 if a target's kill rate (equivalents excluded) is below R")
@@ -278,7 +279,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from fuzz.targets import lookup
 
     targets = lookup(args.target)
-    options = RunOptions(devices=resolve_devices(args.device), seed=args.seed, max_examples=args.max_examples)
+    options = RunOptions(devices=resolve_devices(args.device), seed=args.seed, max_examples=args.max_examples,
+                         contract=args.contract)
     equivalents = load_equivalents()
     results = []
     print(f"{'target':34} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9}")

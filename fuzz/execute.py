@@ -102,6 +102,6 @@ def run_example(target: Target, spec: dict, stress: bool = False, contract: str 
     behind a sleeping stream with its host inputs poisoned on return."""
     legacy = run_side(target, "legacy", spec)
     optimized = run_side(target, "optimized", spec, stress=stress)
-    expected = target.expected_optimized_syncs if spec["device"].startswith("cuda") else None
+    expected = target.syncs_allowed(spec) if spec["device"].startswith("cuda") else None
     verdict, mismatches = judge(legacy, optimized, target.comparison, expected, contract)
     return ExampleResult(spec, verdict, mismatches, legacy, optimized)

@@ -88,6 +88,9 @@ def _child(path: str, device: str) -> int:
     from fuzz.execute import CudaContextLost, run_example
     from fuzz.targets import lookup
 
+    from fuzz.runner import single_threaded
+
+    single_threaded()
     payload = load_repro(path)
     extra = [payload["target_module"]] if payload.get("target_module") else []
     (target,) = lookup([payload["target"]], extra)

@@ -215,8 +215,19 @@ def _chunk_seed(run_seed: int, target: Target, chunk: int) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
+def single_threaded() -> None:
+    """Fuzz inputs are tiny: torch's intra-op threads only contend (measured
+    ~1000x slower LayerNorm on a loaded 2-core host). SYNCFUZZ_THREADS overrides."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("SYNCFUZZ_THREADS", "1")))
+
+
 def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> TargetOutcome:
     """Fuzz one target until max_examples, its deadline, or a failure."""
+    single_threaded()
     outcome = TargetOutcome(target, devices_for(target.devices, options.devices))
     if not outcome.devices:
         outcome.skipped = f"runs on {', '.join(target.devices)}; this run has {', '.join(options.devices)}"

@@ -72,6 +72,16 @@ class Target:
     devices: tuple[str, ...] = ("cpu", "cuda")
     expected_optimized_syncs: int = 0
     description: str = ""
+    # Where the designed number of syncs depends on the input (a sync per
+    # grid row the PR left alone, a grid kept on the device by one caller and
+    # on the host by another): "module:function" taking the spec and returning
+    # that example's allowance. expected_optimized_syncs stays the upper bound.
+    sync_budget: str | None = None
+
+    def syncs_allowed(self, spec: dict) -> int:
+        if self.sync_budget is None:
+            return self.expected_optimized_syncs
+        return int(resolve_object(self.sync_budget)(spec))
 
     def input_model(self) -> InputModel:
         model = resolve_object(self.inputs)
@@ -93,6 +103,7 @@ class Target:
             "inputs": self.inputs,
             "comparison": {"floats": self.comparison.floats, "integers": "exact"},
             "description": self.description,
+            "sync_budget": self.sync_budget,
         }
 
 

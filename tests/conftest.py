@@ -1,6 +1,10 @@
 import pytest
 import torch
 
+# Fuzz inputs are tiny: intra-op threads only contend (a 4x slowdown on a
+# loaded 2-core CI host), so tests run torch single-threaded, like the fuzzer.
+torch.set_num_threads(1)
+
 
 def pytest_report_header(config):
     return f"syncfuzz: torch {torch.__version__}, cuda available: {torch.cuda.is_available()}"

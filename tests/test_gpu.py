@@ -22,9 +22,10 @@ def test_optimized_offsets_make_no_sync_while_legacy_does():
     assert min(tally.legacy_syncs) >= 1
 
 
-def test_planted_sync_regression_is_reported_on_cuda():
-    (plant,) = planted.SYNC_BUGS
-    outcome = fuzz(plant.target(), devices=("cuda",), max_examples=50)
+@pytest.mark.parametrize("name", sorted(p.name for p in planted.SYNC_BUGS))
+def test_planted_sync_regression_is_reported_on_cuda(name):
+    plant = {p.name: p for p in planted.SYNC_BUGS}[name]
+    outcome = fuzz(plant.target(), devices=("cuda",), max_examples=100)
     assert outcome.verdict is Verdict.SYNC_REGRESSION
     assert "syncs per call" in outcome.failures[0].mismatches[0].detail
 

@@ -82,9 +82,9 @@ def test_same_seed_same_examples(tmp_path):
     for attempt in range(2):
         specs: list[dict] = []
 
-        def recording(target, spec, _specs=specs):
+        def recording(target, spec, _specs=specs, **kwargs):
             _specs.append(spec)
-            return original(target, spec)
+            return original(target, spec, **kwargs)
 
         runner.run_example = recording
         try:
