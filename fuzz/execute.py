@@ -7,6 +7,7 @@ outside the tally: only the upstream call is counted.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +36,12 @@ class ExampleResult:
 
     @property
     def signature(self) -> tuple:
-        """What makes two failures the same bug: verdict, where the outputs
-        differ and the exception types -- not the values or messages."""
+        """What makes two failures the same bug: verdict, the first leaf where
+        the outputs differ and the exception types -- not the values or
+        messages, nor every other leaf one root cause also changed."""
         return (
             self.verdict.value,
-            tuple((m.path, m.what) for m in self.mismatches),
+            tuple((m.path, m.what) for m in self.mismatches[:1]),
             self.legacy.raised.type_name if self.legacy.raised else None,
             self.optimized.raised.type_name if self.optimized.raised else None,
         )
@@ -75,6 +77,9 @@ def _raise_if_context_lost(side: str, exc: BaseException | None) -> None:
 
 def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> SideResult:
     impl = target.impl(side)
+    # Each side gets its own copy of the spec: nothing a side (or --stress'
+    # poisoning of host inputs) does may reach the spec that is saved and replayed.
+    spec = copy.deepcopy(spec)
     try:
         thunk = target.input_model().materialize(spec, impl)
     except Exception as exc:  # a strategy bug, not a verdict
@@ -85,7 +90,9 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
         torch.cuda.synchronize()
     result = SideResult()
     error: Exception | None = None
-    with counting_syncs(on_cuda) as tally:
+    # Under --stress the harness itself syncs (the side stream), so the sync
+    # oracle is off for that side: stress runs judge values only.
+    with counting_syncs(on_cuda and not stress) as tally:
         try:
             result.value = call_under_stress(thunk, on_cuda) if stress else thunk()
         except Exception as exc:

@@ -62,13 +62,19 @@ def _worker(args_path: str) -> int:
             last_snapshot[0] = time.monotonic()
             write_json(journal.with_suffix(".snapshot.json"), outcome_entry(outcome))
 
+    def record(payload: dict) -> None:
+        # Write-then-rename, so the watchdog never reads half a record; no
+        # fsync: a dying process keeps what it wrote, only a host crash loses it.
+        scratch = journal.with_suffix(".tmp")
+        scratch.write_text(json.dumps(payload))
+        os.replace(scratch, journal)
+
     def before_example(spec: dict, outcome: TargetOutcome) -> None:
-        # Plain overwrite, no fsync: a dying process keeps what it wrote.
-        journal.write_text(json.dumps({"spec": spec, "started": time.time()}))
+        record({"spec": spec, "started": time.time()})
         snapshot(outcome)
 
     def on_context_lost(spec: dict, lost: Exception) -> None:
-        journal.write_text(json.dumps({"spec": spec, "started": time.time(), "fatal": f"CUDA context lost: {lost}"}))
+        record({"spec": spec, "started": time.time(), "fatal": f"CUDA context lost: {lost}"})
         sys.stderr.flush()
         os._exit(EXIT_CONTEXT_LOST)
 
@@ -202,9 +208,10 @@ def _run_worker(args_path: Path, journal: Path, result: Path,
     pump.start()
     spawned = time.time()
     hung = False
+    started = None
     while process.poll() is None:
         time.sleep(0.1)
-        started = _journal(journal).get("started")
+        started = _journal(journal).get("started") or started  # keep the last good reading
         limit = isolation.example_timeout if started else STARTUP_ALLOWANCE
         if time.time() - (started or spawned) > limit:
             hung = True

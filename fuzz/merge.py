@@ -17,7 +17,7 @@ from fuzz.report import REPORT_FORMAT, worst
 
 def failure_signature(failure: dict) -> str:
     """What makes two saved failures the same bug (verdict, where, exception types)."""
-    where = [(m["path"], m["what"]) for m in failure["mismatches"]]
+    where = [(m["path"], m["what"]) for m in failure["mismatches"][:1]]
     if failure["verdict"] in ("crash", "hang"):
         # Crash details carry the death ("killed by SIGABRT"), not a path.
         where = [(m["what"], m["detail"].split(";")[0]) for m in failure["mismatches"]]

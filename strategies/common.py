@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Sequence
 
 import numpy as np
@@ -53,7 +54,7 @@ def tensor_forms(forms: Sequence[str] = TENSOR_FORMS) -> st.SearchStrategy[str]:
 def in_form(values: list, form: str, dtype: str, device: str) -> Any:
     """``values`` (nested int lists) in the requested host/device form."""
     if form == "list":
-        return values
+        return copy.deepcopy(values)  # the caller's own list, never the spec's
     if form == "numpy":
         return np.asarray(values, dtype=dtype)
     tensor = torch.tensor(values, dtype=INT_DTYPES[dtype])

@@ -60,3 +60,11 @@ def test_real_copies_pass_under_stress(name):
 
     target = {t.name: t for t in TARGETS}[name]
     assert not fuzz(target, max_examples=100, stress=True).failures
+
+
+def test_stress_poisoning_never_reaches_the_saved_spec():
+    plant = {p.name: p for p in planted.BUGS}["planted-glm4-reused-staging-buffer"]
+    outcome = fuzz(plant.target(), max_examples=DETECTION_LIMIT, stress=True)
+    assert outcome.failures
+    for failure in outcome.failures:
+        assert "-7777" not in str(failure.spec)

@@ -68,10 +68,11 @@ TARGETS = [
         inputs="strategies.keep_on_cpu:Phi4MMImageSizesInputs",
         comparison=Comparison(floats="exact"),
         # Three .item() per image on the (device) attention mask, kept under
-        # gpu_sync_allowed; image_sizes itself is read on the host. The engine
-        # takes one number per call, so this is the bound for the largest batch
-        # the input model draws (PHI4MM_MAX_IMAGES = 3 images).
+        # gpu_sync_allowed; image_sizes itself is read on the host. Per example
+        # 3 x images (sync_budget); 9 bounds the largest batch drawn
+        # (strategies.keep_on_cpu.PHI4MM_MAX_IMAGES = 3).
         expected_optimized_syncs=9,
+        sync_budget="strategies.keep_on_cpu:phi4mm_sync_budget",
         description="image_sizes kept on CPU: crop counts and slicing from host ints; mask counts under gpu_sync_allowed",
     ),
     Target(
@@ -93,8 +94,9 @@ TARGETS = [
         # tensors (no sync). What remains are the position ids and sample
         # indices staged with .to(device, non_blocking=True) from pageable
         # memory: 2 hidden syncs per modality present (cu_seqlens goes up
-        # pinned), so at most 4 per call (images and videos).
+        # pinned): 2 per modality present (sync_budget), at most 4 per call.
         expected_optimized_syncs=4,
+        sync_budget="strategies.keep_on_cpu:keye_sync_budget",
         description="image/video_grid_thw kept on CPU: grid read on the host for ids, cu_seqlens and the projector reshape",
     ),
 ]

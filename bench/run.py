@@ -1,0 +1,188 @@
+"""Benchmarks (ratios, never asserted by tests): ``python -m bench.run``.
+
+a. harness overhead: seconds per example of the fuzzer (in-process engine)
+   against a bare Hypothesis ``@given`` differential test of the same pair and
+   strategy, per target and device;
+b. examples-to-detection of the planted bugs (median and max);
+c. scaling of ``--workers`` 1 -> N (efficiency = speedup / N);
+d. the launch-bound limit: one legacy+optimized+compare round per target
+   without Hypothesis, on pre-drawn specs, and the fuzzer's examples/s as a
+   fraction of it.
+
+Prints a table per part and writes everything as JSON (--json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fuzz.execute import run_example  # noqa: E402
+from fuzz.runner import RunOptions, fuzz_target, single_threaded  # noqa: E402
+from fuzz.targets import Target, lookup  # noqa: E402
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def bare_given(target: Target, device: str, examples: int, seed: int) -> float:
+    """Seconds per example of the test a user would write by hand."""
+    model = target.input_model()
+    legacy, optimized = target.impl("legacy"), target.impl("optimized")
+
+    def outcome(impl, spec):  # noqa: ANN001, ANN202
+        try:
+            return model.materialize(spec, impl)()
+        except Exception as exc:  # noqa: BLE001
+            return type(exc)
+
+    @settings(max_examples=examples, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(seed)
+    @given(model.specs((device,), "caller"))
+    def test(spec: dict) -> None:
+        a, b = outcome(legacy, spec), outcome(optimized, spec)
+        if isinstance(a, type) or isinstance(b, type):
+            assert a == b
+        else:
+            torch.testing.assert_close(b, a, equal_nan=True)
+
+    start = time.perf_counter()
+    test()
+    _sync(device)
+    return (time.perf_counter() - start) / examples
+
+
+def engine(target: Target, device: str, examples: int, seed: int) -> tuple[float, list[dict]]:
+    """Seconds per example of the fuzzer's engine, and the specs it drew."""
+    import fuzz.runner as runner
+
+    specs: list[dict] = []
+    original = runner.run_example
+
+    def recording(target, spec, **kwargs):  # noqa: ANN001, ANN202
+        specs.append(spec)
+        return original(target, spec, **kwargs)
+
+    runner.run_example = recording
+    try:
+        start = time.perf_counter()
+        outcome = fuzz_target(target, RunOptions(devices=(device,), seed=seed, max_examples=examples), None)
+        _sync(device)
+        elapsed = time.perf_counter() - start
+    finally:
+        runner.run_example = original
+    return elapsed / max(outcome.examples, 1), specs
+
+
+def rounds(target: Target, specs: list[dict], device: str) -> float:
+    """Seconds per legacy+optimized+compare round on pre-drawn specs (no Hypothesis)."""
+    for spec in specs[:5]:
+        run_example(target, spec)  # warm-up: lazy CUDA/module init
+    _sync(device)
+    start = time.perf_counter()
+    for spec in specs:
+        run_example(target, spec)
+    _sync(device)
+    return (time.perf_counter() - start) / max(len(specs), 1)
+
+
+def part_a_d(targets: list[Target], devices: list[str], examples: int) -> list[dict]:
+    rows = []
+    for device in devices:
+        for target in targets:
+            bare_given(target, device, 5, 99)  # warm-up
+            bare = bare_given(target, device, examples, 1)
+            ours, specs = engine(target, device, examples, 1)
+            limit = rounds(target, specs, device)
+            rows.append({"target": target.name, "device": device, "bare_s": bare, "fuzz_s": ours,
+                         "overhead": ours / bare, "round_s": limit, "fraction_of_limit": limit / ours})
+            print(f"{target.name:32} {device:5} bare {1 / bare:8.1f}/s  fuzz {1 / ours:8.1f}/s  "
+                  f"overhead {ours / bare:5.2f}x  rounds {1 / limit:8.1f}/s  fuzz/limit {limit / ours:5.2f}",
+                  flush=True)
+    return rows
+
+
+def part_b(limit: int) -> list[dict]:
+    import tests.planted as planted
+
+    rows = []
+    for plant in planted.BUGS:
+        detections = []
+        for seed in range(5):
+            outcome = fuzz_target(plant.target(), RunOptions(devices=("cpu",), seed=seed, max_examples=limit), None)
+            detections.append(outcome.first_failure_at or float("inf"))
+        rows.append({"bug": plant.name, "median": statistics.median(detections), "max": max(detections)})
+        print(f"{plant.name:45} median {statistics.median(detections):6} max {max(detections):6}", flush=True)
+    return rows
+
+
+def part_c(workers: list[int], examples: int, device: str) -> list[dict]:
+    targets = ["fla-chunk-offsets", "fla-chunk-indices", "glm4v-embeddings", "glm4v-pos-embeds"]
+    rows, base = [], None
+    for count in workers:
+        with tempfile.TemporaryDirectory() as corpus:
+            command = [sys.executable, "-m", "fuzz", "run", "--device", device, "--seed", "0", "--quiet",
+                       "--max-examples", str(examples), "--pieces", str(max(workers)), "--workers", str(count),
+                       "--corpus", corpus, "--confirm", "0", "--report", f"{corpus}/r.json"]
+            for name in targets:
+                command += ["--target", name]
+            if count == 1:
+                command.append("--in-process")
+            start = time.perf_counter()
+            subprocess.run(command, cwd=ROOT, check=False, capture_output=True)
+            elapsed = time.perf_counter() - start
+            done = sum(t["examples"] for t in json.loads(Path(f"{corpus}/r.json").read_text())["targets"])
+        rate = done / elapsed
+        base = base or rate
+        rows.append({"workers": count, "examples": done, "seconds": elapsed, "examples_per_s": rate,
+                     "efficiency": rate / base / count})
+        print(f"workers {count:3}  {done} examples in {elapsed:6.1f}s  {rate:8.1f}/s  efficiency {rate / base / count:5.2f}",
+              flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("--device", action="append", choices=("cpu", "cuda"))
+    parser.add_argument("--target", action="append", default=[])
+    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts for part c")
+    parser.add_argument("--parts", default="abcd")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    single_threaded()
+    devices = args.device or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
+    result: dict = {"host": os.uname().nodename, "torch": torch.__version__, "cpus": os.cpu_count(),
+                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    if "a" in args.parts or "d" in args.parts:
+        print("== a/d: per-example cost, fuzzer vs bare @given, and vs rounds without Hypothesis")
+        result["a_d"] = part_a_d(lookup(args.target), devices, args.examples)
+    if "b" in args.parts:
+        print("== b: examples to detection of the planted bugs (5 seeds, CPU)")
+        result["b"] = part_b(200)
+    if "c" in args.parts:
+        for device in devices:
+            print(f"== c: --workers scaling on {device}")
+            result[f"c_{device}"] = part_c([int(w) for w in args.workers.split(",")], args.examples, device)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

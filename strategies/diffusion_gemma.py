@@ -1,0 +1,484 @@
+"""Inputs for diffusion_gemma's per-slot state stores and its sampler.
+
+Two input models:
+
+* ``DiffusionStatesInputs`` -- a stateful test expressed as data. A spec is a
+  list of operations (``model_add``, ``model_remove``, ``states_add``,
+  ``states_remove``, ``init_canvas`` and the harness-only ``scribble``, which
+  stands in for a sampler step dirtying every state tensor); each side builds
+  fresh ``DiffusionGemmaRequestStates`` / ``DiffusionGemmaModelState`` objects
+  already holding seeded, non-zero values (a live server's state), replays the
+  operations and returns every state tensor, the ``req_id -> slot`` map and
+  the exception type (if any) of each operation. The default torch generators
+  (CPU, and the example's CUDA device) are seeded with ``seed + step`` before
+  each operation, so ``init_canvas``'s ``torch.randint`` draws the same tokens
+  on both sides.
+  Caller contract: Python int slots in ``[0, max_num_reqs)`` (the runner's
+  ``req_index``), prompts as token lists, ``init_canvas`` given distinct
+  device int64 slots (what ``add_request`` and ``_finish_prefills`` pass).
+  Wide contract adds every slot form the 0.27.1 setitem code accepted: negative
+  and out-of-range ints, numpy integer scalars, 0-dim CPU/device tensors and
+  one-element lists / 1-D tensors; ``init_canvas`` slots as numpy arrays, CPU
+  or device tensors, int32 or int64, empty; prompt lengths past int32.
+* ``DiffusionSamplerInputs`` -- one ``DiffusionSampler.__call__`` on a batch
+  of decode requests (``n`` logits each, ``n == canvas_length`` unless the
+  canvas was truncated) and prefill requests (0 logits, prompt finished this
+  chunk or not), with per-slot top-k/top-p, the sampler's tiling chosen by a
+  stand-in free-memory figure, seeded logits and a pre-populated state. A
+  batch with no draft tokens takes the prefill path. The sampling-states
+  stand-in records the expanded slot mapping it receives (the tensor
+  ``repeat_interleave(..., output_size=...)`` builds), so a wrong expansion is
+  visible even when no request filters.
+  Caller contract: ``idx_mapping_np`` intp, ``cu_num_logits_np`` int32,
+  distinct slots, at least one request, no logprobs. Wide contract adds int32
+  slot maps, int64 counts, empty batches, draft-token totals that do not match
+  the logits, requested logprobs, and float64 ``cu_num_logits_np`` with
+  half-token counts: the host ``valid_canvas_len_np`` then sums to more than
+  the device ``valid_canvas_len`` (``astype(np.int64)`` truncates, a count of
+  0.5 becomes a device repeat of 0), i.e. host and device copies disagree.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from types import ModuleType, SimpleNamespace
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from fuzz.errors import HarnessError
+from fuzz.targets import Impl
+from strategies.common import INT_DTYPES, devices, float_dtypes, int_dtypes, seeded_floats
+
+# The state tensors DiffusionGemmaRequestStates allocates, in __init__ order.
+STATE_TENSORS = (
+    "is_encoder_phase",
+    "canvas",
+    "step",
+    "accepted_canvas_history",
+    "accepted_canvas_history_len",
+    "argmax_canvas",
+    "prompt_len",
+    "confident",
+    "self_conditioning_embeds",
+)
+CALLER_SLOT_FORMS = ("int",)
+# Forms of one slot index the 0.27.1 setitem/torch.tensor code accepted.
+WIDE_SLOT_FORMS = ("int", "numpy_int32", "numpy_int64", "cpu_scalar", "device_scalar", "list", "cpu_tensor1")
+# Forms whose out-of-range values fail on the host (an IndexError) on every
+# device; the others would index on the device, where CUDA asserts instead.
+HOST_CHECKED_FORMS = ("int", "numpy_int32", "numpy_int64")
+INDEX_FORMS = ("numpy", "cpu_tensor", "device_tensor")
+REQ_IDS = ("req-0", "req-1", "req-2", "_warmup_0")
+INT32_EDGES = (2**31 - 1, 2**31, 2**32)
+
+
+# ---------------------------------------------------------------------------
+# Shared: dimensions and a state that looks like a live server's.
+# ---------------------------------------------------------------------------
+
+
+def state_dims(*, max_reqs: int = 6, max_canvas: int = 6, max_vocab: int = 16) -> st.SearchStrategy[dict]:
+    """Sizes of a ``DiffusionGemmaRequestStates`` (small: the code under test is index math)."""
+    if max_reqs < 1 or max_canvas < 1 or max_vocab < 2:
+        raise HarnessError("state_dims: need max_reqs >= 1, max_canvas >= 1, max_vocab >= 2")
+    return st.fixed_dictionaries({
+        "max_num_reqs": st.integers(1, max_reqs),
+        "canvas_length": st.integers(1, max_canvas),
+        "vocab_size": st.integers(2, max_vocab),
+        "hidden_size": st.integers(1, 4),
+        "stability_threshold": st.integers(1, 3),
+        "max_denoising_steps": st.integers(1, 6),
+        "seed": st.integers(0, 2**31 - 1),
+    })
+
+
+def seed_rng(seed: int, device: str) -> None:
+    """Seed the generators ``torch.randint``/``rand_like`` draw from on ``device``.
+
+    Rather than ``torch.manual_seed``: on CPU-only torch that also queues a
+    lazy CUDA seeding call that captures a stack trace, about 1 ms a call.
+    """
+    torch.default_generator.manual_seed(seed)
+    where = torch.device(device)
+    if where.type == "cuda":
+        index = where.index if where.index is not None else torch.cuda.current_device()
+        torch.cuda.default_generators[index].manual_seed(seed)
+
+
+@contextmanager
+def one_cpu_thread() -> Iterator[None]:
+    """Run tiny CPU kernels on one thread.
+
+    These tensors hold a few dozen elements: OpenMP fan-out only adds its wake
+    latency (about 16 ms per parallel kernel on a 2-vCPU CI host). Values do
+    not depend on it, and both sides run the same way.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _module(impl: Impl) -> ModuleType:
+    if impl.owner is None:
+        raise HarnessError(f"{impl.path} must be a method of a diffusion_gemma class")
+    return sys.modules[impl.owner.__module__]
+
+
+def _random_like(tensor: torch.Tensor, high: int, generator: torch.Generator, seed: int) -> torch.Tensor:
+    """Seeded non-zero-looking contents for one state tensor, built on the CPU."""
+    if tensor.is_floating_point():
+        return seeded_floats(tuple(tensor.shape), "float32", seed, "cpu").to(tensor.dtype)
+    if tensor.dtype == torch.bool:
+        return torch.randint(0, 2, tuple(tensor.shape), generator=generator).bool()
+    return torch.randint(1, max(high, 2), tuple(tensor.shape), generator=generator).to(tensor.dtype)
+
+
+def state_payload(states: Any, seed: int) -> dict[str, torch.Tensor]:
+    """Seeded values for every state tensor, already on the states' device."""
+    generator = torch.Generator().manual_seed(seed)
+    highs = {"canvas": states.vocab_size, "argmax_canvas": states.vocab_size,
+             "accepted_canvas_history": states.vocab_size, "step": states.max_denoising_steps + 1,
+             "accepted_canvas_history_len": states.stability_threshold + 2, "prompt_len": 64}
+    return {
+        name: _random_like(getattr(states, name), highs.get(name, 2), generator, seed + i).to(states.device)
+        for i, name in enumerate(STATE_TENSORS)
+    }
+
+
+def build_states(module: ModuleType, spec: dict) -> Any:
+    """The side's own ``DiffusionGemmaRequestStates``, pre-populated from the seed."""
+    states = module.DiffusionGemmaRequestStates(
+        max_num_reqs=spec["max_num_reqs"],
+        canvas_length=spec["canvas_length"],
+        vocab_size=spec["vocab_size"],
+        max_denoising_steps=spec["max_denoising_steps"],
+        device=torch.device(spec["device"]),
+        hidden_size=spec["hidden_size"],
+        stability_threshold=spec["stability_threshold"],
+    )
+    for name, value in state_payload(states, spec["seed"]).items():
+        getattr(states, name).copy_(value)
+    return states
+
+
+def snapshot(states: Any) -> dict[str, torch.Tensor]:
+    return {name: getattr(states, name) for name in STATE_TENSORS}
+
+
+# ---------------------------------------------------------------------------
+# DiffusionGemmaRequestStates / DiffusionGemmaModelState: operations as data.
+# ---------------------------------------------------------------------------
+
+
+def _slots(draw: st.DrawFn, n: int, wide: bool) -> dict:
+    """One slot index and its form."""
+    form = draw(st.sampled_from(WIDE_SLOT_FORMS if wide else CALLER_SLOT_FORMS))
+    if not wide:
+        low, high = 0, n - 1
+    elif form in HOST_CHECKED_FORMS:
+        low, high = -n - 1, n  # one past either end: an IndexError on both sides
+    else:
+        low, high = -n, n - 1
+    return {"slot": draw(st.integers(low, high)), "slot_form": form}
+
+
+@st.composite
+def _operations(draw: st.DrawFn, n: int, wide: bool) -> dict:
+    kind = draw(st.sampled_from(["model_add", "model_remove", "states_add", "states_remove", "init_canvas",
+                                 "scribble"]))
+    if kind in ("model_add", "states_add", "states_remove"):
+        op = {"op": kind, **_slots(draw, n, wide)}
+        if kind == "model_add":
+            op["req_id"] = draw(st.sampled_from(REQ_IDS))
+            lengths = st.integers(1, 48)
+            op["prompt_len"] = draw(st.one_of(lengths, st.sampled_from(INT32_EDGES)) if wide else lengths)
+        return op
+    if kind == "model_remove":
+        return {"op": kind, "req_id": draw(st.sampled_from(REQ_IDS))}
+    if kind == "init_canvas":
+        # Distinct slots: duplicate scatter targets have no defined winner on CUDA.
+        pool = list(range(-n, n)) if wide else list(range(n))
+        slots = draw(st.lists(st.sampled_from(pool), min_size=0 if wide else 1, max_size=n,
+                              unique_by=lambda s: s % n))
+        return {"op": kind, "slots": slots,
+                "form": draw(st.sampled_from(INDEX_FORMS)) if wide else "device_tensor",
+                "dtype": draw(int_dtypes()) if wide else "int64"}
+    return {"op": kind}
+
+
+@st.composite
+def _states_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+    wide = contract == "wide"
+    spec = {"device": draw(devices(available)), **draw(state_dims())}
+    spec["ops"] = draw(st.lists(_operations(spec["max_num_reqs"], wide), min_size=1, max_size=10))
+    return spec
+
+
+def slot_in_form(slot: int, form: str, device: str) -> Any:
+    """One slot index as a caller could have passed it to the 0.27.1 code."""
+    makers: dict[str, Callable[[], Any]] = {
+        "int": lambda: slot,
+        "numpy_int32": lambda: np.int32(slot),
+        "numpy_int64": lambda: np.int64(slot),
+        "cpu_scalar": lambda: torch.tensor(slot),
+        "device_scalar": lambda: torch.tensor(slot, device=device),
+        "list": lambda: [slot],
+        "cpu_tensor1": lambda: torch.tensor([slot]),
+    }
+    if form not in makers:
+        raise HarnessError(f"unknown slot form {form!r}; expected one of {sorted(makers)}")
+    return makers[form]()
+
+
+def index_in_form(slots: list[int], form: str, dtype: str, device: str) -> Any:
+    """A 1-D slot index array for ``init_canvas`` in the requested form."""
+    if form == "numpy":
+        return np.asarray(slots, dtype=dtype)
+    tensor = torch.tensor(slots, dtype=INT_DTYPES[dtype])
+    if form == "cpu_tensor":
+        return tensor
+    if form == "device_tensor":
+        return tensor.to(device)
+    raise HarnessError(f"unknown index form {form!r}; expected one of {list(INDEX_FORMS)}")
+
+
+def _bind(op: dict, step: int, spec: dict, states: Any, model: Any, add: Callable[..., None]) -> Callable[[], Any]:
+    """One operation with its arguments built now, outside the timed call."""
+    device = spec["device"]
+    kind = op["op"]
+    if kind == "model_add":
+        slot = slot_in_form(op["slot"], op["slot_form"], device)
+        n = op["prompt_len"]
+        # A range is a sequence with len() == n and costs nothing for n past int32.
+        data = SimpleNamespace(req_id=op["req_id"], prompt_token_ids=list(range(n)) if n <= 4096 else range(n))
+        return lambda: add(model, slot, data)
+    if kind == "model_remove":
+        return lambda: model.remove_request(op["req_id"])
+    if kind in ("states_add", "states_remove"):
+        slot = slot_in_form(op["slot"], op["slot_form"], device)
+        method = states.add_request if kind == "states_add" else states.remove_request
+        return lambda: method(slot)
+    if kind == "init_canvas":
+        index = index_in_form(op["slots"], op["form"], op["dtype"], device)
+        return lambda: states.init_canvas(index)
+    if kind == "scribble":
+        payload = state_payload(states, spec["seed"] + 1000 * (step + 1))
+        return lambda: [getattr(states, name).copy_(value) for name, value in payload.items()]
+    raise HarnessError(f"unknown operation {kind!r} in {op!r}")
+
+
+class DiffusionStatesInputs:
+    """``DiffusionGemmaModelState.add_request`` and the ``DiffusionGemmaRequestStates``
+    slot stores, replayed as a sequence of operations; returns the whole state."""
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _states_specs(available, contract)
+
+    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+        module = _module(impl)
+        states = build_states(module, spec)
+        model = module.DiffusionGemmaModelState(states)
+        # model_add runs the target's own function (a planted mutant's, say).
+        steps = [_bind(op, i, spec, states, model, impl.function) for i, op in enumerate(spec["ops"])]
+        seed, device = spec["seed"], spec["device"]
+
+        def call() -> dict:
+            errors: list[str | None] = []
+            with one_cpu_thread():
+                for i, step in enumerate(steps):
+                    seed_rng(seed + i, device)
+                    try:
+                        step()
+                        errors.append(None)
+                    except Exception as exc:  # an op's exception is part of the observable outcome
+                        errors.append(type(exc).__name__)
+            return {"state": snapshot(states), "req_id_to_index": dict(model._req_id_to_index), "errors": errors}
+
+        return call
+
+
+# ---------------------------------------------------------------------------
+# DiffusionSampler.__call__
+# ---------------------------------------------------------------------------
+
+
+class RecordingSamplingStates:
+    """Stand-in for vllm/v1/worker/gpu/sample/states.py::SamplingStates.
+
+    ``get_top_k_top_p`` and ``max_num_logprobs`` are upstream's bodies; the
+    former also records the expanded slot mapping it was given.
+    """
+
+    def __init__(self, top_k: list[int], top_p: list[float], num_logprobs: list[int], vocab_size: int,
+                 device: str) -> None:
+        self.vocab_size = vocab_size
+        k_np = np.asarray(top_k, dtype=np.int32)
+        p_np = np.asarray(top_p, dtype=np.float32)
+        self.top_k = SimpleNamespace(np=k_np, gpu=torch.from_numpy(k_np).to(device))
+        self.top_p = SimpleNamespace(np=p_np, gpu=torch.from_numpy(p_np).to(device))
+        self.num_logprobs = np.asarray(num_logprobs, dtype=np.int32)
+        self.calls: list[dict] = []
+
+    def get_top_k_top_p(
+        self, expanded_idx_mapping: torch.Tensor, idx_mapping_np: np.ndarray
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        self.calls.append({"expanded_idx_mapping": expanded_idx_mapping.clone(),
+                           "idx_mapping_np": np.array(idx_mapping_np)})
+        do_top_k = np.any(self.top_k.np[idx_mapping_np] != self.vocab_size)
+        do_top_p = np.any(self.top_p.np[idx_mapping_np] != 1.0)
+        top_k = self.top_k.gpu[expanded_idx_mapping] if do_top_k else None
+        top_p = self.top_p.gpu[expanded_idx_mapping] if do_top_p else None
+        return top_k, top_p
+
+    def max_num_logprobs(self, idx_mapping_np: np.ndarray) -> int:
+        return int(np.max(self.num_logprobs[idx_mapping_np]))
+
+
+@st.composite
+def _request(draw: st.DrawFn, canvas: int, wide: bool) -> dict:
+    """One request of the batch: decode (its canvas's logits) or prefill (none)."""
+    prompt = draw(st.integers(1, 16))
+    if draw(st.integers(0, 9)) < 7:
+        full = draw(st.integers(0, 3)) > 0  # truncated near max_model_len one time in four
+        scheduled = canvas if full else draw(st.integers(1, canvas))
+        logits: float = scheduled
+        if wide and draw(st.integers(0, 4)) == 0:
+            logits -= 0.5  # a half-token count: only a float64 cu_num_logits_np keeps it
+        return {"logits": logits, "prompt_len": prompt, "computed": prompt, "chunk": scheduled}
+    # A prefill chunk that finishes the prompt, or (prompt > 1) one that stops short.
+    done = prompt == 1 or draw(st.booleans())
+    chunk = draw(st.integers(1, prompt if done else prompt - 1))
+    computed = prompt - chunk if done else draw(st.integers(0, prompt - 1 - chunk))
+    return {"logits": 0, "prompt_len": prompt, "computed": computed, "chunk": chunk}
+
+
+@st.composite
+def _sampler_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+    wide = contract == "wide"
+    spec = {"device": draw(devices(available)), **draw(state_dims())}
+    n, canvas, vocab = spec["max_num_reqs"], spec["canvas_length"], spec["vocab_size"]
+    empty = wide and draw(st.integers(0, 9)) == 0  # an empty batch, now and then
+    requests = [] if empty else draw(st.lists(_request(canvas, wide), min_size=1, max_size=n))
+    slots = draw(st.permutations(range(n)))[: len(requests)]
+    for request, slot in zip(requests, slots):
+        request["slot"] = slot
+    cu_dtype = draw(st.sampled_from(["int32", "int64", "float64"])) if wide else "int32"
+    if cu_dtype != "float64":
+        for request in requests:
+            request["logits"] = int(request["logits"] + 0.5)  # back to a whole count
+    decode_logits = sum(int(r["logits"]) for r in requests)
+    spec.update(
+        requests=requests,
+        num_draft_tokens=draw(st.integers(0, decode_logits + canvas)) if wide else decode_logits,
+        tile=draw(st.integers(1, max(1, len(requests)))),
+        top_k=draw(st.lists(st.sampled_from([vocab, vocab, 1, max(1, vocab // 2)]), min_size=n, max_size=n)),
+        top_p=draw(st.lists(st.sampled_from([1.0, 1.0, 0.9, 0.5]), min_size=n, max_size=n)),
+        num_logprobs=draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n)) if wide else [-1] * n,
+        logits_dtype=draw(float_dtypes(("float32", "bfloat16"))),
+        cu_dtype=cu_dtype,
+        idx_dtype=draw(st.sampled_from(["int64", "int32"])) if wide else "int64",
+        t_min=draw(st.sampled_from([0.0, 0.5])),
+        t_max=draw(st.sampled_from([0.5, 1.0, 2.0])),
+        confidence_threshold=draw(st.sampled_from([0.5, 5.0])),
+        entropy_bound=draw(st.sampled_from([0.1, 1.0, 100.0])),
+    )
+    return spec
+
+
+def input_batch_fields(spec: dict) -> dict[str, Any]:
+    """The ``InputBatch`` fields the sampler reads, built like the model runner builds them."""
+    device, requests = spec["device"], spec["requests"]
+    slots = [r["slot"] for r in requests]
+    counts = np.asarray([r["logits"] for r in requests], dtype=np.float64)
+    prompt = np.asarray([r["prompt_len"] for r in requests], dtype=np.int32)
+    scheduled = np.asarray([r["chunk"] for r in requests], dtype=np.int32)
+    computed = np.asarray([r["computed"] for r in requests], dtype=np.int32)
+    query_start = np.concatenate([[0], np.cumsum(scheduled)]).astype(np.int32)
+    idx_np = np.asarray(slots, dtype=np.intp if spec["idx_dtype"] == "int64" else np.int32)
+    return dict(
+        num_reqs=len(requests),
+        num_draft_tokens=spec["num_draft_tokens"],
+        idx_mapping=torch.tensor(slots, dtype=torch.int64).to(device),
+        idx_mapping_np=idx_np,
+        cu_num_logits_np=np.concatenate([[0], np.cumsum(counts)]).astype(spec["cu_dtype"]),
+        num_computed_prefill_tokens_np=computed,
+        num_scheduled_tokens=scheduled,
+        prefill_len_np=prompt,
+        query_start_loc_np=query_start,
+        query_start_loc=torch.from_numpy(query_start).to(device),
+    )
+
+
+def _logits(spec: dict) -> torch.Tensor:
+    """One row per logit the device side will index: the truncated (integer) counts."""
+    rows = sum(int(r["logits"]) for r in spec["requests"])
+    return seeded_floats((rows, spec["vocab_size"]), spec["logits_dtype"], spec["seed"] + 7, spec["device"])
+
+
+def _sampler(module: ModuleType, spec: dict, states: Any) -> tuple[Any, RecordingSamplingStates]:
+    device, n, canvas, vocab = spec["device"], spec["max_num_reqs"], spec["canvas_length"], spec["vocab_size"]
+    module.UVA_DEVICE = device
+    # Upstream tiles by free memory: ~10 fp32 copies of [CL, vocab] per request.
+    module.current_platform.free_memory = 2 * spec["tile"] * canvas * vocab * 4 * 10
+    sampling = RecordingSamplingStates(spec["top_k"], spec["top_p"], spec["num_logprobs"], vocab, device)
+    draft_tokens = torch.randint(0, vocab, (n, canvas + 1), generator=torch.Generator().manual_seed(spec["seed"] + 3))
+    runner_sampler = SimpleNamespace(sampling_states=sampling, req_states=SimpleNamespace(
+        draft_tokens=draft_tokens.to(device)), logprobs_mode="raw_logprobs")
+    sampler = module.DiffusionSampler(
+        sampler=runner_sampler,
+        diffusion_config=SimpleNamespace(canvas_length=canvas),
+        vocab_size=vocab,
+        diffusion_states=states,
+        confidence_threshold=spec["confidence_threshold"],
+        t_min=spec["t_min"],
+        t_max=spec["t_max"],
+        entropy_bound=spec["entropy_bound"],
+        embed_weight=seeded_floats((vocab, spec["hidden_size"]), "float32", spec["seed"] + 5, device),
+        normalizer=torch.tensor(spec["hidden_size"] ** 0.5, device=device),
+    )
+    return sampler, sampling
+
+
+def _plain(value: Any) -> Any:
+    """A side's own ``LogprobsTensors`` as a dict: the two copies' classes differ."""
+    return None if value is None else dict(value._asdict())
+
+
+class DiffusionSamplerInputs:
+    """``DiffusionSampler.__call__(logits, input_batch)`` on a seeded batch and state."""
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _sampler_specs(available, contract)
+
+    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+        module = _module(impl)
+        states = build_states(module, spec)
+        sampler, sampling = _sampler(module, spec, states)
+        logits, fields, seed, device = _logits(spec), input_batch_fields(spec), spec["seed"], spec["device"]
+
+        def call() -> dict:
+            # The batch's host arrays sit in a dict in this closure, where
+            # --stress finds and poisons them once the call returns.
+            batch = SimpleNamespace(**fields)
+            seed_rng(seed, device)  # Gumbel noise and canvas re-init draw from the default generators
+            with one_cpu_thread():
+                out = impl.function(sampler, logits, batch)
+            return {
+                "sampled_token_ids": out.sampled_token_ids,
+                "num_sampled": out.num_sampled,
+                "num_rejected": out.num_rejected,
+                "logprobs": _plain(out.logprobs_tensors),
+                "top_k_top_p_calls": sampling.calls,
+                "state": snapshot(states),
+                "draft_tokens": sampler.req_states.draft_tokens,
+                "pending_logprobs": {k: _plain(v) for k, v in sampler._pending_logprobs.items()},
+            }
+
+        return call

@@ -1,0 +1,245 @@
+"""The keep-on-cpu targets (DESIGN.md row 12): the side rule, the field
+placement, the harness stand-ins, and the one divergence the wide contract finds."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+import legacy.keep_on_cpu as legacy_copy
+import optimized.keep_on_cpu as optimized_copy
+import strategies.keep_on_cpu as koc
+from fuzz.catalog import TARGETS
+from fuzz.compare import Verdict
+from fuzz.execute import run_example, run_side
+from fuzz.targets import Impl
+from tests.conftest import requires_cuda
+from tests.support import fuzz
+
+KOC = {t.name: t for t in TARGETS if t.name.startswith("keep-on-cpu-")}
+NAMES = sorted(KOC)
+
+
+def _impl(path: str) -> Impl:
+    return Impl(path=path, function=lambda: None, owner=None)
+
+
+def test_sync_budgets_follow_the_batch():
+    phi4mm, keye = KOC["keep-on-cpu-phi4mm-image-sizes"], KOC["keep-on-cpu-keye-grid-thw"]
+    assert phi4mm.syncs_allowed({"images": [{}, {}]}) == 6
+    assert keye.syncs_allowed({"image_grid_thw": [[1, 2, 2]], "video_grid_thw": []}) == 2
+    assert keye.syncs_allowed({"image_grid_thw": [[1, 2, 2]], "video_grid_thw": [[2, 2, 2]]}) == 4
+    assert KOC["keep-on-cpu-interns1-num-patches"].syncs_allowed({}) == 0
+
+
+def test_four_targets_registered_for_row_12():
+    assert NAMES == [
+        "keep-on-cpu-interns1-num-patches",
+        "keep-on-cpu-keye-grid-thw",
+        "keep-on-cpu-phi4mm-image-sizes",
+        "keep-on-cpu-ultravox-audio-lens",
+    ]
+    for target in KOC.values():
+        assert any(q.endswith("._get_mm_fields_config") for q in target.upstream), target.name
+        assert len(target.upstream) >= 2, f"{target.name} must name the consumer(s) too"
+
+
+@pytest.mark.parametrize(
+    ("path", "side"),
+    [
+        ("legacy.keep_on_cpu:UltravoxModel._audio_features_to_embeddings", "legacy"),
+        ("optimized.keep_on_cpu:UltravoxModel._audio_features_to_embeddings", "optimized"),
+        ("tests.planted:_planted_koc_phi4mm_swapped_hw.Phi4MMForCausalLM.embed_multimodal", "optimized"),
+    ],
+)
+def test_side_rule_follows_impl_path(path, side):
+    assert koc.side_of(_impl(path)) == side
+
+
+def _spec(device: str = "meta", **extra) -> dict:
+    return {"device": device, "dtype": "float32", "seed": 3, "field_dtype": "int64",
+            "field_on": dict(koc.CALLER_PLACEMENT), **extra}
+
+
+def test_caller_field_on_device_for_legacy_and_host_for_optimized():
+    # "meta" stands in for the accelerator: the placement is what is checked.
+    spec = _spec()
+    assert koc.field_tensor([1, 2], spec, "legacy").device.type == "meta"
+    assert koc.field_tensor([1, 2], spec, "optimized").device.type == "cpu"
+
+
+@given(koc.field_placements("wide"))
+@settings(max_examples=20, deadline=None)
+def test_wide_never_moves_the_optimized_field_off_the_host(placement):
+    assert placement["optimized"] == "cpu"
+    assert placement["legacy"] in ("cpu", "device")
+
+
+def test_engine_kwargs_place_only_the_kept_fields():
+    interns1 = _spec(grid=2, patch=1, image_tiles=[2, 1], video_frames=[3], images_first=True,
+                     image_token_id=7, video_token_id=9, field_form="tensor", token_form="0d")
+    keye = _spec(patch=1, text_hidden=2, image_grid_thw=[[1, 2, 4]], video_grid_thw=[[2, 2, 2]], images_first=False)
+    phi4mm = _spec(side=2, hidden_size=2, images=[{"crops": [1, 2], "useful": [2, 3], "remainder": [0, 0]}],
+                   mask="rectangle", mask_dtype="float32", field_form="tensor", batch_as="engine")
+    built = {
+        "interns1": lambda side: koc.InternS1NumPatchesInputs._kwargs(interns1, side, 2),
+        "keye": lambda side: koc.KeyeGridThwInputs._kwargs(keye, side),
+        "phi4mm": lambda side: koc.Phi4MMImageSizesInputs._kwargs(phi4mm, side),
+    }
+    kept = {field for fields in koc.KEPT_FIELDS.values() for field in fields}
+    for name, build in built.items():
+        for side, kept_on in (("legacy", "meta"), ("optimized", "cpu")):
+            for key, value in build(side).items():
+                if isinstance(value, torch.Tensor):
+                    want = kept_on if key in kept else "meta"
+                    assert value.device.type == want, (name, side, key)
+
+
+@pytest.mark.parametrize("processor", sorted(koc.KEPT_FIELDS))
+def test_placement_rule_matches_each_versions_field_config(processor):
+    """CALLER_PLACEMENT is what the copied configs say: 0.27.1 moves every field
+    to the device, 0.28.0 keeps exactly KEPT_FIELDS on the host."""
+
+    def kept(module) -> set[str]:
+        config = getattr(module, processor)()._get_mm_fields_config({}, {})
+        return {name for name, field in config.items() if field.keep_on_cpu}
+
+    assert kept(legacy_copy) == set()
+    assert kept(optimized_copy) == set(koc.KEPT_FIELDS[processor])
+    assert koc.CALLER_PLACEMENT == {"legacy": "device", "optimized": "cpu"}
+
+
+@pytest.mark.parametrize(
+    "qualname",
+    [
+        *(f"InternS1ForConditionalGeneration.{m}" for m in (
+            "pixel_shuffle", "extract_feature", "_parse_and_validate_image_input",
+            "_parse_and_validate_video_input", "_process_vision_input", "embed_multimodal")),
+        "Projector.forward",
+        "stack_with_pad",
+        "Phi4MMForCausalLM._process_image_input",
+    ],
+)
+def test_unchanged_consumers_are_the_same_text_on_both_sides(qualname):
+    """Where upstream did not touch the consumer, the field's device is the
+    whole difference between the sides (the module docstrings say so)."""
+
+    def source(module):
+        obj = module
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        return inspect.getsource(obj)
+
+    assert source(legacy_copy) == source(optimized_copy)
+
+
+@pytest.mark.parametrize(
+    ("lens", "backend", "cu", "max_seqlen"),
+    [
+        ([3, 0, 5], "FLASH_ATTN", [0, 3, 5, 10, 15], 5),  # full row: no empty tail segment
+        ([3, 0, 5], "TORCH_SDPA", [0, 3, 5, 10, 15], 0),  # SDPA takes no max_seqlen
+        ([1], "FLASH_ATTN", [0, 1, 5], 4),
+    ],
+)
+def test_chunk_metadata_segments_valid_frames_and_padding(lens, backend, cu, max_seqlen):
+    attn = koc.VarlenWhisperLayer(optimized_copy.AttentionBackendEnum[backend]).self_attn.attn
+    meta = optimized_copy._build_chunk_attn_metadata(attn, torch.tensor(lens), 5, 4, torch.device("cpu"))
+    assert meta["cu_seqlens"].tolist() == cu and meta["cu_seqlens"].dtype == torch.int32
+    assert int(meta["max_seqlen"]) == max_seqlen
+    assert meta["sequence_lengths"] is None
+
+
+def test_varlen_stand_in_equals_key_padding_stand_in_on_valid_frames():
+    """The two attention stand-ins agree wherever upstream promises they do."""
+    hidden = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    flen = torch.tensor([3, 5, 1])
+    mask = legacy_copy.WhisperEncoder.get_extended_attention_mask(
+        None, torch.arange(5)[None, :].lt(flen[:, None]), None, dtype=torch.float32)
+    dense = koc.DenseMaskWhisperLayer()(hidden, mask)
+    attn = koc.VarlenWhisperLayer(optimized_copy.AttentionBackendEnum.FLASH_ATTN)
+    meta = optimized_copy._build_chunk_attn_metadata(attn.self_attn.attn, flen, 5, 4, torch.device("cpu"))
+    varlen = attn(hidden.reshape(15, 4), **meta).reshape(3, 5, 4)
+    for b, n in enumerate(flen.tolist()):
+        torch.testing.assert_close(varlen[b, :n], dense[b, :n])
+
+
+def test_varlen_stand_in_poisons_segments_that_miss_the_tokens():
+    attn = koc.VarlenWhisperLayer(optimized_copy.AttentionBackendEnum.FLASH_ATTN)
+    out = attn(torch.ones(4, 2), cu_seqlens=torch.tensor([0, 2, 6], dtype=torch.int32))
+    assert out.isnan().all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_caller_contract_agrees(name):
+    outcome = fuzz(KOC[name], max_examples=100)
+    assert not outcome.failures, [f.mismatches for f in outcome.failures]
+
+
+@pytest.mark.parametrize("name", ["keep-on-cpu-interns1-num-patches", "keep-on-cpu-keye-grid-thw",
+                                  "keep-on-cpu-phi4mm-image-sizes"])
+def test_wide_contract_agrees(name):
+    outcome = fuzz(KOC[name], max_examples=100, contract="wide")
+    assert not outcome.failures, [f.mismatches for f in outcome.failures]
+
+
+ULTRAVOX_OVERLONG = {
+    "device": "cpu", "dtype": "float32", "seed": 0, "field_dtype": "int64",
+    "field_on": {"legacy": "device", "optimized": "cpu"}, "num_mel_bins": 1, "d_model": 4,
+    "max_source_positions": 3, "frames": 5, "layers": 1, "attn_backend": "FLASH_ATTN",
+    "pad_audio_to_max_context": False,
+}
+
+
+def test_ultravox_wide_divergence_needs_audio_lens_past_the_padded_input():
+    """Real divergence (wide contract only): 5 mel frames give 3 encoder frames;
+    audio_lens 7 -> 4 feature frames. 0.27.1's key-padding mask clamps that to
+    the row; 0.28.0 puts a cu_seqlens boundary at 4, inside the next chunk
+    (boundaries [0, 3, 4, 5, 6]), splitting that chunk's valid frames."""
+    target = KOC["keep-on-cpu-ultravox-audio-lens"]
+    overlong = run_example(target, {**ULTRAVOX_OVERLONG, "audio_lens": [7, 3]})
+    assert overlong.verdict is Verdict.DIVERGENCE
+    assert [m.path for m in overlong.mismatches] == ["[1]"]
+    clamped = run_example(target, {**ULTRAVOX_OVERLONG, "audio_lens": [5, 3]})
+    assert clamped.verdict is Verdict.AGREE
+
+
+@requires_cuda
+@pytest.mark.parametrize("name", NAMES)
+def test_optimized_values_do_not_depend_on_the_field_device(name):
+    """If the field did reach the device (keep_on_cpu off, or keye 1.5's
+    non-kept grid), the optimized consumer computes the same values."""
+    target = KOC[name]
+    spec_strategy = target.input_model().specs(("cuda",), "caller")
+
+    @given(spec_strategy)
+    @settings(max_examples=30, deadline=None, database=None)
+    def check(spec):
+        on_device = {**spec, "field_on": {"legacy": "cpu", "optimized": "device"}}
+        # Legacy with the field on the host vs optimized with it on the device.
+        result = run_example(target, on_device)
+        assert result.verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION), result.mismatches
+
+    check()
+
+
+@requires_cuda
+@pytest.mark.parametrize("name", NAMES)
+def test_optimized_sync_count_matches_the_derivation(name):
+    """0 for ultravox/interns1; 3 per image for phi4mm (mask counts under
+    gpu_sync_allowed); 2 per modality for keye (position ids and sample indices
+    staged non_blocking from pageable memory: hidden syncs)."""
+    target = KOC[name]
+
+    @given(target.input_model().specs(("cuda",), "caller"))
+    @settings(max_examples=20, deadline=None, database=None)
+    def check(spec):
+        result = run_side(target, "optimized", spec)
+        if result.raised:
+            return
+        assert result.syncs == target.syncs_allowed(spec), (spec, result.syncs, result.hidden_syncs)
+        assert result.syncs <= target.expected_optimized_syncs
+
+    check()
