@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stress", action="store_true",
                      help="async-hazard stress: optimized side behind a sleeping CUDA stream, host inputs "
                           "poisoned as soon as it returns")
+    run.add_argument("--upstream", action="store_true",
+                     help="also run the real vllm function (vllm installed) and compare it with the optimized copy")
     run.add_argument("--in-process", action="store_true",
                      help="no worker processes: faster start, but a crash or hang ends the run")
     run.add_argument("--profile", choices=sorted(PROFILES),
@@ -212,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     module_of = lambda t: None if t.name in builtin else _module_of(t)  # noqa: E731
     options = RunOptions(
         devices=devices, seed=seed, contract=args.contract, max_examples=args.max_examples, budget=args.budget,
-        corpus=corpus, stress=args.stress, target_module=module_of,
+        corpus=corpus, stress=args.stress, upstream=args.upstream, target_module=module_of,
         progress=None if args.quiet else progress_printer(),
     )
     if "cuda" not in devices:
@@ -230,6 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_info = {"seed": seed, "contract": args.contract, "devices": list(devices), "profile": args.profile,
                 "max_examples": args.max_examples, "budget": args.budget, "corpus": str(corpus),
                 "workers": args.workers, "pieces": args.pieces, "shard": args.shard, "stress": args.stress,
+                "upstream": args.upstream,
                 "targets": [t.name for t in targets]}
     return _finish(entries, run_info, known, args.confirm, outputs)
 

@@ -7,6 +7,9 @@ Verdicts (most to least severe; see docs/verdicts.md):
   than a divergence: both reject the input, they disagree only on how.
 * ``sync-regression`` -- outputs agree, but on CUDA the optimized side made
   more GPU<->CPU syncs per call than its target declares.
+* ``upstream-divergence`` -- under ``--upstream``: legacy and optimized agree,
+  but our optimized copy differs from the real vllm function (a copy or
+  shim that drifted from upstream, or upstream changed since 0.28.0).
 * ``crash`` / ``hang`` -- the worker process running the example died
   (device-side assert, segfault, abort) or outran the per-example watchdog;
   decided by the isolation layer (fuzz/isolation.py), never by ``judge``.
@@ -39,6 +42,7 @@ class Verdict(str, Enum):
     SYNC_REGRESSION = "sync-regression"
     CRASH = "crash"
     HANG = "hang"
+    UPSTREAM_DIVERGENCE = "upstream-divergence"
 
     @property
     def severity(self) -> int:
@@ -52,6 +56,7 @@ class Verdict(str, Enum):
 _SEVERITY = {
     Verdict.AGREE: 0,
     Verdict.SYNC_REGRESSION: 1,
+    Verdict.UPSTREAM_DIVERGENCE: 2,
     Verdict.ERROR_MISMATCH: 2,
     Verdict.DIVERGENCE: 3,
     Verdict.HANG: 4,

@@ -104,11 +104,20 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     return result
 
 
-def run_example(target: Target, spec: dict, stress: bool = False, contract: str = "caller") -> ExampleResult:
+def run_example(target: Target, spec: dict, stress: bool = False, contract: str = "caller",
+                upstream: bool = False) -> ExampleResult:
     """Both sides on fresh inputs; under ``stress`` the optimized side runs
-    behind a sleeping stream with its host inputs poisoned on return."""
+    behind a sleeping stream with its host inputs poisoned on return. Under
+    ``upstream`` the real vllm function runs too and must match our optimized copy."""
     legacy = run_side(target, "legacy", spec)
     optimized = run_side(target, "optimized", spec, stress=stress)
     expected = target.syncs_allowed(spec) if spec["device"].startswith("cuda") else None
     verdict, mismatches = judge(legacy, optimized, target.comparison, expected, contract)
+    if upstream and target.upstream_impl and not verdict.failed:
+        real = run_side(target, "upstream", spec)
+        third, differences = judge(optimized, real, target.comparison, None, contract)
+        if third.failed:
+            verdict = Verdict.UPSTREAM_DIVERGENCE
+            mismatches = [Mismatch(m.path, m.what, "optimized copy vs real vllm: " + m.detail.replace(
+                "legacy", "copy").replace("optimized", "vllm")) for m in differences]
     return ExampleResult(spec, verdict, mismatches, legacy, optimized)

@@ -84,7 +84,7 @@ def _worker(args_path: str) -> int:
         max_examples=args.get("max_examples"), budget=args.get("budget"),
         corpus=Path(args["corpus"]) if args.get("corpus") else None,
         target_module=lambda t: args.get("target_module"), first_chunk=args["first_chunk"],
-        stress=args.get("stress", False),
+        stress=args.get("stress", False), upstream=args.get("upstream", False),
         before_example=before_example, after_chunk=lambda o: snapshot(o, force=True),
         on_context_lost=on_context_lost,
         progress=_progress_to_stderr(),
@@ -142,7 +142,7 @@ def fuzz_isolated(target: Target, options: RunOptions, deadline: float | None, i
             "budget": options.budget, "seconds_left": None if deadline is None else deadline - time.monotonic(),
             "corpus": str(options.corpus) if options.corpus else None,
             "journal": str(journal), "result": str(workdir / f"{target.name}.result.json"),
-            "first_chunk": attempt * 1_000_000, "stress": options.stress,
+            "first_chunk": attempt * 1_000_000, "stress": options.stress, "upstream": options.upstream,
         }
         args_path = workdir / f"{target.name}.args.json"
         args_path.write_text(json.dumps(args))

@@ -69,6 +69,7 @@ def outcome_entry(outcome: TargetOutcome) -> dict:
         "flaky": outcome.flaky,
         "skipped": outcome.skipped,
         "fuzzer_error": outcome.harness_error,
+        "upstream": outcome.upstream,
         "by_device": {device: tally_json(t) for device, t in outcome.tallies.items()},
         "failures": [failure_entry(f, p) for f, p in failures],
     }
@@ -130,6 +131,8 @@ def summary_table(entries: list[dict]) -> str:
 def failure_lines(entries: list[dict]) -> list[str]:
     lines = []
     for entry in entries:
+        if entry.get("upstream"):
+            lines.append(f"upstream: {entry['name']}: {entry['upstream']}")
         if entry["fuzzer_error"]:
             lines.append(f"FUZZER BUG in {entry['name']}: {entry['fuzzer_error']}")
         for failure in entry["failures"]:

@@ -57,6 +57,7 @@ _RAISE_FOR = {
     Verdict.DIVERGENCE: DivergenceFound,
     Verdict.ERROR_MISMATCH: ErrorMismatchFound,
     Verdict.SYNC_REGRESSION: SyncRegressionFound,
+    Verdict.UPSTREAM_DIVERGENCE: DivergenceFound,
 }
 _BY_SIGNATURE: dict[tuple, type[VerdictFound]] = {}
 
@@ -117,6 +118,7 @@ class TargetOutcome:
     skipped: str | None = None
     harness_error: str | None = None
     first_failure_at: int | None = None  # examples run when the first failure was seen
+    upstream: str | None = None  # under --upstream: compared, or why not
     seconds: float = 0.0
 
     @property
@@ -145,6 +147,7 @@ class RunOptions:
     progress: Callable[[TargetOutcome, bool], None] | None = None
     first_chunk: int = 0  # a restarted worker continues with fresh seeds
     stress: bool = False  # async-hazard stress mode (fuzz/stress.py)
+    upstream: bool = False  # the real vllm as a third side (fuzz/upstream.py)
     # Isolation hooks (fuzz/isolation.py): journal each example before it
     # runs, snapshot the outcome after each chunk, and end the process when
     # its CUDA context is lost.
@@ -229,6 +232,14 @@ def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> 
     """Fuzz one target until max_examples, its deadline, or a failure."""
     single_threaded()
     outcome = TargetOutcome(target, devices_for(target.devices, options.devices))
+    if options.upstream:
+        from dataclasses import replace
+
+        from fuzz.upstream import unavailable
+
+        outcome.upstream = unavailable(target) or "compared with the real vllm function"
+        if outcome.upstream != "compared with the real vllm function":
+            target = replace(target, upstream_impl=None)
     if not outcome.devices:
         outcome.skipped = f"runs on {', '.join(target.devices)}; this run has {', '.join(options.devices)}"
         return outcome
@@ -250,7 +261,8 @@ def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> 
         if options.before_example:
             options.before_example(spec, outcome)
         try:
-            result = run_example(target, spec, stress=options.stress, contract=options.contract)
+            result = run_example(target, spec, stress=options.stress, contract=options.contract,
+                                 upstream=options.upstream)
         except CudaContextLost as lost:
             if options.on_context_lost:
                 options.on_context_lost(spec, lost)  # ends the process

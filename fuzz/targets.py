@@ -77,6 +77,9 @@ class Target:
     # on the host by another): "module:function" taking the spec and returning
     # that example's allowance. expected_optimized_syncs stays the upper bound.
     sync_budget: str | None = None
+    # The real vllm callable (vllm installed: `pip install '.[upstream]'`),
+    # run as a third side under `fuzz run --upstream`.
+    upstream_impl: str | None = None
 
     def syncs_allowed(self, spec: dict) -> int:
         if self.sync_budget is None:
@@ -88,7 +91,9 @@ class Target:
         return model() if isinstance(model, type) else model
 
     def impl(self, side: str) -> Impl:
-        path = {"legacy": self.legacy, "optimized": self.optimized}[side]
+        path = {"legacy": self.legacy, "optimized": self.optimized, "upstream": self.upstream_impl}[side]
+        if path is None:
+            raise HarnessError(f"{self.name} has no {side} implementation")
         return resolve_impl(path)
 
     def as_json(self) -> dict[str, Any]:
@@ -104,6 +109,7 @@ class Target:
             "comparison": {"floats": self.comparison.floats, "integers": "exact"},
             "description": self.description,
             "sync_budget": self.sync_budget,
+            "upstream_impl": self.upstream_impl,
         }
 
 

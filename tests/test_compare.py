@@ -96,9 +96,11 @@ def test_verdict_rules(name):
 
 
 def test_severity_orders_the_verdicts():
-    ordered = [v for v in sorted(Verdict, key=lambda v: v.severity) if v not in (Verdict.CRASH, Verdict.HANG)]
+    ordered = [v for v in sorted(Verdict, key=lambda v: v.severity)
+               if v not in (Verdict.CRASH, Verdict.HANG, Verdict.UPSTREAM_DIVERGENCE)]
     assert ordered == [Verdict.AGREE, Verdict.SYNC_REGRESSION, Verdict.ERROR_MISMATCH, Verdict.DIVERGENCE]
     assert Verdict.CRASH.severity == Verdict.HANG.severity > Verdict.DIVERGENCE.severity
+    assert Verdict.SYNC_REGRESSION.severity < Verdict.UPSTREAM_DIVERGENCE.severity < Verdict.DIVERGENCE.severity
 
 
 def test_raised_keeps_first_line_and_qualified_type():

@@ -11,6 +11,7 @@ TARGETS = [
         upstream=(f"{_FLA}::prepare_chunk_indices", f"{_FLA}::prepare_lens"),
         legacy="legacy.fla_index:prepare_chunk_indices",
         optimized="optimized.fla_index:prepare_chunk_indices",
+        upstream_impl="vllm.third_party.flash_linear_attention.ops.index:prepare_chunk_indices",
         inputs="strategies.cu_seqlens:ChunkIndexInputs",
         comparison=Comparison(floats="exact"),
         # The chunk-count `.tolist()` kept on purpose under gpu_sync_allowed, and
@@ -24,6 +25,7 @@ TARGETS = [
         upstream=(f"{_FLA}::prepare_chunk_offsets",),
         legacy="legacy.fla_index:prepare_chunk_offsets",
         optimized="optimized.fla_index:prepare_chunk_offsets",
+        upstream_impl="vllm.third_party.flash_linear_attention.ops.index:prepare_chunk_offsets",
         inputs="strategies.cu_seqlens:ChunkIndexInputs",
         comparison=Comparison(floats="exact"),
         expected_optimized_syncs=0,

@@ -11,6 +11,7 @@ TARGETS = [
         upstream=(f"{_GLM}::Glm4vVisionEmbeddings.forward",),
         legacy="legacy.glm4_1v:Glm4vVisionEmbeddings.forward",
         optimized="optimized.glm4_1v:Glm4vVisionEmbeddings.forward",
+        upstream_impl="vllm.model_executor.models.glm4_1v:Glm4vVisionEmbeddings.forward",
         inputs="strategies.glm4:Glm4EmbeddingsInputs",
         comparison=Comparison(floats="close"),
         expected_optimized_syncs=0,

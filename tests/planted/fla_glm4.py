@@ -37,6 +37,9 @@ BENIGN = [
           "return chunk_indices.to(\n        device=cu_seqlens.device, dtype=cu_seqlens.dtype, non_blocking=True\n    )",
           "return chunk_indices.to(cu_seqlens)",
           "the legacy spelling of the same copy"),
+    Plant("benign-pos-embeds-w-times-h", "glm4v-pos-embeds", "optimized.glm4_1v",
+          "lengths = [h * w] * t", "lengths = [w * h for _ in range(t)]",
+          "the same frame lengths, built another way"),
     Plant("benign-glm4-column-first", "glm4v-embeddings", "optimized.glm4_1v",
           "np.repeat(shapes_np[shape_idx, 1], lengths)", "np.repeat(shapes_np[:, 1][shape_idx], lengths)",
           "select the column, then cycle: same values"),
@@ -57,3 +60,12 @@ STRESS_BUGS = [
           "embeddings = embeddings + adapted_pos_embed", "embeddings += adapted_pos_embed",
           "adds in place: the result is the caller's embeddings buffer"),
 ]
+
+BUGS.append(Plant("planted-shim-dropped-dtype", "shim-async-tensor-h2d", "fuzz.upstream_shims",
+                  "return t.to(device=device, dtype=dtype, non_blocking=True)",
+                  "return t.to(device=device, non_blocking=True)",
+                  "a tensor or array keeps its own dtype when one is asked for"))
+BENIGN.append(Plant("benign-shim-keyword-order", "shim-async-tensor-h2d", "fuzz.upstream_shims",
+                    "return t.to(device=device, dtype=dtype, non_blocking=True)",
+                    "return t.to(dtype=dtype, device=device, non_blocking=True)",
+                    "the same call, keywords reordered"))

@@ -1,0 +1,13 @@
+"""Fake upstream: our optimized copies, or (FAKE_VLLM_DRIFT=1) an upstream whose
+offsets drifted by one, so tests can show an upstream-divergence."""
+
+import os
+
+import torch
+
+from optimized.fla_index import prepare_chunk_indices, prepare_chunk_offsets as _offsets, prepare_lens  # noqa: F401
+
+
+def prepare_chunk_offsets(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    result = _offsets(cu_seqlens, chunk_size)
+    return result + 1 if os.environ.get("FAKE_VLLM_DRIFT") else result

@@ -1,0 +1,66 @@
+"""``fuzz run --upstream``: the real vllm as a third side (docs: README)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from tests.support import ROOT, cli
+
+FAKE = str(ROOT / "tests" / "fake_vllm")
+FLA = ["--target", "fla-chunk-offsets", "--target", "fla-chunk-indices", "--target", "glm4v-embeddings",
+       "--target", "keye-encoder-rope"]
+
+
+def _run(tmp_path, env):
+    result = cli("run", "--upstream", "--device", "cpu", "--seed", "0", "--max-examples", "20", "--in-process",
+                 "--confirm", "0", *FLA, "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"),
+                 extra_env=env)
+    return result, {t["name"]: t for t in json.loads((tmp_path / "r.json").read_text())["targets"]}
+
+
+def _with_fake(**extra):
+    return {"PYTHONPATH": os.pathsep.join([FAKE, str(ROOT)]), **extra}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="real vllm installed")
+def test_without_vllm_every_target_says_why_and_the_run_goes_on(tmp_path):
+    result, entries = _run(tmp_path, {})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "cannot import vllm" in entries["fla-chunk-offsets"]["upstream"]
+    assert entries["keye-encoder-rope"]["upstream"].startswith("no upstream callable recorded")
+    assert "upstream: fla-chunk-offsets: cannot import" in result.stdout
+
+
+def test_upstream_that_matches_the_copy_agrees(tmp_path):
+    result, entries = _run(tmp_path, _with_fake())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert entries["fla-chunk-offsets"]["upstream"] == "compared with the real vllm function"
+    assert entries["fla-chunk-offsets"]["verdict"] == "agree"
+    # glm4's module is not in the fake package: listed with its reason
+    assert "cannot import vllm.model_executor" in entries["glm4v-embeddings"]["upstream"]
+
+
+def test_upstream_that_drifted_is_its_own_verdict(tmp_path):
+    result, entries = _run(tmp_path, _with_fake(FAKE_VLLM_DRIFT="1"))
+    assert result.returncode == 1
+    (failure,) = entries["fla-chunk-offsets"]["failures"]
+    assert failure["verdict"] == "upstream-divergence"
+    assert "optimized copy vs real vllm" in failure["mismatches"][0]["detail"]
+    assert entries["fla-chunk-indices"]["verdict"] == "agree"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or "fake_vllm" in str(importlib.util.find_spec("vllm").origin),
+                    reason="real vllm not installed (pip install '.[upstream]')")
+def test_real_vllm_matches_the_fla_copies(tmp_path):
+    result = cli("run", "--upstream", "--device", "cpu", "--seed", "0", "--max-examples", "50", "--in-process",
+                 "--confirm", "0", "--target", "fla-chunk-offsets", "--target", "fla-chunk-indices",
+                 "--target", "shim-async-tensor-h2d", "--corpus", str(tmp_path / "c"),
+                 "--report", str(tmp_path / "r.json"))
+    entries = {t["name"]: t for t in json.loads((tmp_path / "r.json").read_text())["targets"]}
+    for name, entry in entries.items():
+        assert entry["upstream"] == "compared with the real vllm function", (name, entry["upstream"])
+    assert result.returncode == 0, result.stdout
