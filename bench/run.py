@@ -142,8 +142,7 @@ def part_c(workers: list[int], examples: int, device: str) -> list[dict]:
                        "--corpus", corpus, "--confirm", "0", "--report", f"{corpus}/r.json"]
             for name in targets:
                 command += ["--target", name]
-            if count == 1:
-                command.append("--in-process")
+            # Every count runs isolated fuzz processes, so the comparison is like for like.
             start = time.perf_counter()
             subprocess.run(command, cwd=ROOT, check=False, capture_output=True)
             elapsed = time.perf_counter() - start

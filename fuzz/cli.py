@@ -344,9 +344,21 @@ def _module_of(target: object) -> str | None:
     return os.environ.get(TARGET_MODULES_ENV) or None
 
 
+CUDA_ONLY_VERDICTS = {"sync-regression": "GPU<->CPU syncs exist only on CUDA",
+                      "crash": "a device-side assert happens only on CUDA"}
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
+    from fuzz.repro import load_repro
     from fuzz.replay import replay_file
 
+    saved = load_repro(args.file)
+    why = CUDA_ONLY_VERDICTS.get(saved["verdict"])
+    if args.device == "cpu" and saved["device"].startswith("cuda") and why:
+        print(f"note: this {saved['verdict']} was saved on {saved['device']} and needs a GPU to reproduce ({why}); "
+              "replaying on the CPU checks the values only")
+    elif args.device and args.device != saved["device"]:
+        print(f"note: saved on {saved['device']}, replaying on {args.device} as asked")
     result = replay_file(args.file, args.device)
     if result.crashed:
         print(f"{result.verdict.upper()} reproduced on {result.device} for {args.file}: {result.crashed}")

@@ -157,3 +157,11 @@ def test_cuda_repro_replays_on_cpu_when_asked(tmp_path, capsys):
 def test_load_repro_accepts_a_saved_file(saved_failure):
     _, (repro,) = saved_failure
     assert load_repro(repro)["target"] == "planted-offsets-off-by-one"
+
+
+def test_cuda_only_verdict_replayed_on_cpu_says_it_needs_a_gpu(tmp_path, capsys):
+    path = _write(tmp_path, "sync.json", _valid_payload(device="cuda", verdict="sync-regression", input={
+        "device": "cuda", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_size": 2}))
+    assert main(["replay", path, "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "needs a GPU to reproduce" in out and "agree on cpu" in out
