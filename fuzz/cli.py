@@ -331,21 +331,16 @@ def _builtin_names() -> set[str]:
 
 
 def _module_of(target: object) -> str | None:
-    """The plug-in module that registered ``target`` (saved in repro files)."""
-    import os
-
-    from fuzz.targets import _extra_modules
+    """The plug-in module (SYNCFUZZ_TARGET_MODULES) that registered ``target``;
+    saved in repro files so a replay finds the target without the variable."""
     import importlib
 
+    from fuzz.targets import _extra_modules
+
     for name in _extra_modules():
-        module = importlib.import_module(name)
-        if any(t is target or getattr(t, "name", None) == getattr(target, "name", "") for t in module.TARGETS):
+        if any(getattr(t, "name", None) == getattr(target, "name", "") for t in importlib.import_module(name).TARGETS):
             return name
-    return os.environ.get(TARGET_MODULES_ENV) or None
-
-
-CUDA_ONLY_VERDICTS = {"sync-regression": "GPU<->CPU syncs exist only on CUDA",
-                      "crash": "a device-side assert happens only on CUDA"}
+    return None
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
@@ -31,7 +31,7 @@ from fuzz.outcome import SideResult
 from fuzz.repro import repro_payload, save_repro
 from fuzz.targets import Target
 
-if False:  # typing only; fuzz.isolation and fuzz.plan import this module
+if TYPE_CHECKING:  # fuzz.isolation and fuzz.plan import this module
     from fuzz.isolation import Isolation
     from fuzz.plan import Item
 

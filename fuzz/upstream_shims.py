@@ -4,11 +4,13 @@ The copies in ``legacy/`` and ``optimized/`` must run without vllm installed, so
 each vllm helper they use gets a small stand-in here with the *same semantics*
 as the upstream one (vllm 0.28.0):
 
-* ``async_tensor_h2d`` -- ``vllm/utils/torch_utils.py``: pin the host data when
-  pinned memory exists, then ``.to(device, dtype, non_blocking=True)``.
-  vllm decides pinning once per process (``is_pin_memory_available()``, true on
-  CUDA platforms); CPU-only torch raises on ``pin_memory()``, so we pin only
-  when CUDA is available -- the same answer vllm's platform check gives.
+* ``async_tensor_h2d`` -- re-exported from ``optimized/torch_utils.py``, a
+  verbatim copy of ``vllm/utils/torch_utils.py::async_tensor_h2d`` (identical
+  in 0.27.1 and 0.28.0): pin the host data when pinned memory exists, then
+  ``.to(device, dtype, non_blocking=True)``. vllm decides pinning once per
+  process (``is_pin_memory_available()``, true on CUDA platforms); CPU-only
+  torch raises on ``pin_memory()``, so the copy pins only when CUDA is
+  available -- the same answer vllm's platform check gives.
 * ``tensor_cache`` -- ``vllm/third_party/flash_linear_attention/ops/utils.py``:
   identity-keyed LRU of the last 8 calls.
 * ``gpu_sync_allowed`` -- ``vllm/utils/gpu_sync_debug.py``: upstream it only
@@ -31,36 +33,12 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-_pin_memory: bool | None = None
+from optimized.torch_utils import PIN_MEMORY, async_tensor_h2d  # noqa: E402,F401 -- upstream's own body
 
 
 def pin_memory_available() -> bool:
-    """vllm's ``is_pin_memory_available()`` answer, computed lazily.
-
-    Lazily, because asking CUDA at import time would initialise it in every
-    process that merely lists targets.
-    """
-    global _pin_memory
-    if _pin_memory is None:
-        _pin_memory = torch.cuda.is_available()
-    return _pin_memory
-
-
-def async_tensor_h2d(
-    data: list | np.ndarray | torch.Tensor,
-    device: str | torch.device,
-    dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """Copy list/numpy array/tensor async from host to device."""
-    pin = pin_memory_available()
-    if isinstance(data, np.ndarray):
-        data = torch.from_numpy(data)
-    if isinstance(data, torch.Tensor):
-        t = data.pin_memory() if pin else data
-    else:
-        t = torch.tensor(data, dtype=dtype, pin_memory=pin, device="cpu")
-    assert t.is_cpu
-    return t.to(device=device, dtype=dtype, non_blocking=True)
+    """vllm's ``is_pin_memory_available()`` answer (true on CUDA platforms)."""
+    return PIN_MEMORY
 
 
 def tensor_cache(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:

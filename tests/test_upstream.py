@@ -58,7 +58,7 @@ def test_upstream_that_drifted_is_its_own_verdict(tmp_path):
 def test_real_vllm_matches_the_fla_copies(tmp_path):
     result = cli("run", "--upstream", "--device", "cpu", "--seed", "0", "--max-examples", "50", "--in-process",
                  "--confirm", "0", "--target", "fla-chunk-offsets", "--target", "fla-chunk-indices",
-                 "--target", "shim-async-tensor-h2d", "--corpus", str(tmp_path / "c"),
+                 "--target", "async-tensor-h2d", "--corpus", str(tmp_path / "c"),
                  "--report", str(tmp_path / "r.json"))
     entries = {t["name"]: t for t in json.loads((tmp_path / "r.json").read_text())["targets"]}
     for name, entry in entries.items():

@@ -61,11 +61,11 @@ STRESS_BUGS = [
           "adds in place: the result is the caller's embeddings buffer"),
 ]
 
-BUGS.append(Plant("planted-shim-dropped-dtype", "shim-async-tensor-h2d", "fuzz.upstream_shims",
+BUGS.append(Plant("planted-shim-dropped-dtype", "async-tensor-h2d", "optimized.torch_utils",
                   "return t.to(device=device, dtype=dtype, non_blocking=True)",
                   "return t.to(device=device, non_blocking=True)",
                   "a tensor or array keeps its own dtype when one is asked for"))
-BENIGN.append(Plant("benign-shim-keyword-order", "shim-async-tensor-h2d", "fuzz.upstream_shims",
+BENIGN.append(Plant("benign-shim-keyword-order", "async-tensor-h2d", "optimized.torch_utils",
                     "return t.to(device=device, dtype=dtype, non_blocking=True)",
                     "return t.to(dtype=dtype, device=device, non_blocking=True)",
                     "the same call, keywords reordered"))
