@@ -343,6 +343,10 @@ def _module_of(target: object) -> str | None:
     return None
 
 
+CUDA_ONLY_VERDICTS = {"sync-regression": "GPU<->CPU syncs exist only on CUDA",
+                      "crash": "a device-side assert happens only on CUDA"}
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from fuzz.repro import load_repro
     from fuzz.replay import replay_file
