@@ -18,7 +18,7 @@ from typing import Sequence
 
 from fuzz.errors import FuzzError, HarnessError, UsageError
 from fuzz.provenance import add_parser as add_provenance_parser, cmd_provenance
-from fuzz.targets import CONTRACTS, TARGET_MODULES_ENV
+from fuzz.targets import CONTRACTS
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEFAULT_MAX_EXAMPLES = 200

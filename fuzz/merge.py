@@ -34,7 +34,7 @@ def merge_entry(total: dict | None, part: dict) -> dict:
     total["seconds"] = round(total["seconds"] + part["seconds"], 3)
     total["flaky"] = total["flaky"] or part["flaky"]
     total["fuzzer_error"] = total["fuzzer_error"] or part["fuzzer_error"]
-    total["upstream"] = total.get("upstream") or part.get("upstream")
+    total["upstream_check"] = total.get("upstream_check") or part.get("upstream_check")
     if total["first_failure_at"] is None and part["first_failure_at"] is not None:
         total["first_failure_at"] = part["first_failure_at"]
     for device, tally in part["by_device"].items():

@@ -69,7 +69,7 @@ def outcome_entry(outcome: TargetOutcome) -> dict:
         "flaky": outcome.flaky,
         "skipped": outcome.skipped,
         "fuzzer_error": outcome.harness_error,
-        "upstream": outcome.upstream,
+        "upstream_check": outcome.upstream,
         "by_device": {device: tally_json(t) for device, t in outcome.tallies.items()},
         "failures": [failure_entry(f, p) for f, p in failures],
     }
@@ -131,8 +131,8 @@ def summary_table(entries: list[dict]) -> str:
 def failure_lines(entries: list[dict]) -> list[str]:
     lines = []
     for entry in entries:
-        if entry.get("upstream"):
-            lines.append(f"upstream: {entry['name']}: {entry['upstream']}")
+        if entry.get("upstream_check"):
+            lines.append(f"upstream: {entry['name']}: {entry['upstream_check']}")
         if entry["fuzzer_error"]:
             lines.append(f"FUZZER BUG in {entry['name']}: {entry['fuzzer_error']}")
         for failure in entry["failures"]:

@@ -30,7 +30,6 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
 
-import numpy as np
 import torch
 
 from optimized.torch_utils import PIN_MEMORY, async_tensor_h2d  # noqa: E402,F401 -- upstream's own body

@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 from fuzz.catalog import TARGETS
-from fuzz.runner import RunOptions, fuzz_all, fuzz_target
+from fuzz.runner import RunOptions, fuzz_all
 from fuzz.targets import lookup
 from tests.support import fuzz
 

@@ -25,7 +25,7 @@ def test_kill_rate_does_not_fall(name):
 
 
 def _mutations(source: str) -> list[str]:
-    tree = ast.parse(source)
+    ast.parse(source)
     found, index = [], 0
     while True:
         mutated = ast.parse(source)

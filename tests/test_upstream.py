@@ -30,18 +30,18 @@ def _with_fake(**extra):
 def test_without_vllm_every_target_says_why_and_the_run_goes_on(tmp_path):
     result, entries = _run(tmp_path, {})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "cannot import vllm" in entries["fla-chunk-offsets"]["upstream"]
-    assert entries["keye-encoder-rope"]["upstream"].startswith("no upstream callable recorded")
+    assert "cannot import vllm" in entries["fla-chunk-offsets"]["upstream_check"]
+    assert entries["keye-encoder-rope"]["upstream_check"].startswith("no upstream callable recorded")
     assert "upstream: fla-chunk-offsets: cannot import" in result.stdout
 
 
 def test_upstream_that_matches_the_copy_agrees(tmp_path):
     result, entries = _run(tmp_path, _with_fake())
     assert result.returncode == 0, result.stdout + result.stderr
-    assert entries["fla-chunk-offsets"]["upstream"] == "compared with the real vllm function"
+    assert entries["fla-chunk-offsets"]["upstream_check"] == "compared with the real vllm function"
     assert entries["fla-chunk-offsets"]["verdict"] == "agree"
     # glm4's module is not in the fake package: listed with its reason
-    assert "cannot import vllm.model_executor" in entries["glm4v-embeddings"]["upstream"]
+    assert "cannot import vllm.model_executor" in entries["glm4v-embeddings"]["upstream_check"]
 
 
 def test_upstream_that_drifted_is_its_own_verdict(tmp_path):
@@ -62,5 +62,5 @@ def test_real_vllm_matches_the_fla_copies(tmp_path):
                  "--report", str(tmp_path / "r.json"))
     entries = {t["name"]: t for t in json.loads((tmp_path / "r.json").read_text())["targets"]}
     for name, entry in entries.items():
-        assert entry["upstream"] == "compared with the real vllm function", (name, entry["upstream"])
+        assert entry["upstream_check"] == "compared with the real vllm function", (name, entry["upstream_check"])
     assert result.returncode == 0, result.stdout

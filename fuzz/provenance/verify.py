@@ -1,0 +1,169 @@
+"""Which copy modules and upstream files each target involves, and the verification report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from fuzz.provenance._common import (  # noqa: F401
+    PROJECT_ROOT,
+    SIDES,
+    SIDE_VERSIONS,
+)
+from fuzz.provenance.sources import (  # noqa: F401
+    Source,
+)
+from fuzz.provenance.matching import (  # noqa: F401
+    ModuleReport,
+    UnitReport,
+    check_copy,
+)
+
+
+
+# --------------------------------------------------------------------------- targets and copy modules
+
+
+def _module_of(impl_path: str) -> str:
+    """``"optimized.keye:Cls.fn"`` -> ``"keye"``."""
+    return impl_path.partition(":")[0].split(".", 1)[1]
+
+
+def split_upstream(ref: str) -> tuple[str, str]:
+    path, _, qualname = ref.partition("::")
+    return path, qualname
+
+
+def upstream_files_by_module(targets: Sequence) -> dict[str, list[str]]:
+    """Copy module name -> the upstream files its targets name, in catalog order."""
+    files: dict[str, list[str]] = {}
+    for target in targets:
+        for impl in (target.legacy, target.optimized):
+            known = files.setdefault(_module_of(impl), [])
+            for ref in target.upstream:
+                path = split_upstream(ref)[0]
+                if path not in known:
+                    known.append(path)
+    return files
+
+
+def copy_modules(root: Path, side: str) -> list[str]:
+    """Every copy module of a side: all ``.py`` files but ``__init__``."""
+    return sorted(p.stem for p in (root / side).glob("*.py") if p.stem != "__init__")
+
+
+def check_side(side: str, source: Source, targets: Sequence, modules: Sequence[str] | None = None,
+               root: Path = PROJECT_ROOT) -> list[ModuleReport]:
+    files = upstream_files_by_module(targets)
+    reports = []
+    for module in modules if modules is not None else copy_modules(root, side):
+        copy_path = root / side / f"{module}.py"
+        text = copy_path.read_text(encoding="utf-8")
+        reports.append(check_copy(f"{side}/{module}.py", text, source, files.get(module, []), side))
+    return reports
+
+
+@dataclass
+class TargetRow:
+    name: str
+    side: str
+    covered: list[tuple[str, UnitReport | None]]  # (upstream ref, the copy unit covering it)
+
+    @property
+    def units(self) -> list[UnitReport]:
+        return list({id(u): u for _, u in self.covered if u}.values())
+
+
+def target_rows(targets: Sequence, reports: Sequence[ModuleReport]) -> list[TargetRow]:
+    """For each target and side: which copy definition covers each upstream qualname."""
+    by_copy = {r.copy: r for r in reports}
+    rows = []
+    for target in targets:
+        for side in SIDES:
+            report = by_copy.get(f"{side}/{_module_of(getattr(target, side))}.py")
+            if report is None:
+                continue
+            covered = [(ref, _covering_unit(report, ref)) for ref in target.upstream]
+            rows.append(TargetRow(target.name, side, covered))
+    return rows
+
+
+def _covering_unit(report: ModuleReport, ref: str) -> UnitReport | None:
+    """The unit verified against ``ref``, else the copy definition of the same qualname."""
+    qualname = split_upstream(ref)[1]
+    for unit in report.definitions:
+        if unit.upstream == ref:
+            return unit
+    for unit in report.definitions:
+        if unit.qualname == qualname:
+            return unit
+    return None
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _describe(source: Source, expected: str) -> str:
+    """The source's path, and its version when that is not the expected one."""
+    if source.version == expected:
+        return source.label
+    return f"{source.label}; {f'it is vllm {source.version}' if source.version else 'its version is not recorded'}"
+
+
+def format_verification(reports: Sequence[ModuleReport], rows: Sequence[TargetRow],
+                        sources: Mapping[str, Source]) -> list[str]:
+    out = [f"provenance: {side} copies vs vllm {SIDE_VERSIONS[side]} ({_describe(sources[side], SIDE_VERSIONS[side])})"
+           for side in SIDES if side in sources]
+    out += ["", "every copy line must appear in its upstream definition, in order, modulo whitespace, unless "
+                "marked ADAPTED;", "upstream code a verbatim definition leaves out needs an ADAPTED mark where it was.",
+            "skipped (not compared): blank lines / comment lines outside definitions / the copy's own docstring", "",
+            f"{'copy module':30s} {'definitions':>11s} {'adapted':>8s} {'skipped':>13s} {'mismatched':>10s} "
+            f"{'dropped':>7s}"]
+    for r in reports:
+        defs = r.definitions
+        skipped = f"{r.blank}/{r.module_comments}/{r.header_docstring}"
+        out.append(f"{r.copy:30s} {f'{sum(u.ok for u in defs)}/{len(defs)} ok':>11s} {r.adapted:8d} {skipped:>13s} "
+                   f"{r.mismatched:10d} {r.dropped:7d}  {'verified' if r.ok else 'FAIL'}")
+    out += ["", f"{'target':33s} {'side':9s} {'qualnames ok/copied':>19s} {'adapted':>8s} {'mismatched':>10s} "
+                f"{'dropped':>7s}"]
+    for row in rows:
+        units = row.units
+        copied = sum(u is not None for _, u in row.covered)
+        verified = sum(u is not None and u.ok for _, u in row.covered)
+        out.append(f"{row.name:33s} {row.side:9s} {f'{verified}/{copied}':>19s} {sum(u.adapted for u in units):8d} "
+                   f"{sum(len(u.mismatched) for u in units):10d} {sum(len(u.dropped) for u in units):7d}  "
+                   f"{'verified' if verified == copied > 0 else 'FAIL'}")
+        if not copied:
+            out.append(f"    FAIL: the {row.side} copy holds none of this target's upstream qualnames")
+        for ref, unit in row.covered:
+            if unit is None:
+                out.append(f"    not copied: {ref}")
+            elif not unit.ok:
+                out.append(f"    FAIL: {ref} (copy {unit.qualname})")
+            elif unit.upstream != ref:
+                out.append(f"    {ref}: verified as copy {unit.qualname} vs {unit.upstream}")
+    for r in reports:
+        for path in r.missing_files:
+            out.append(f"\n{r.copy}: upstream file {path} is not in vllm {r.version}; fix the target record")
+    failing = [(r, u) for r in reports for u in r.failed]
+    if failing:
+        out.append("\nmismatches: `+` copy lines not found upstream, `-` upstream lines (dropped ones need an "
+                   "ADAPTED mark where they were). Fix the copy or mark the line `# ADAPTED: <why>`.")
+    for r, u in failing:
+        against = f" vs {u.upstream} (vllm {r.version})" if u.upstream else ""
+        counts = [f"{len(u.mismatched)} line(s) not upstream"] if u.mismatched else []
+        counts += [f"{len(u.dropped)} upstream line(s) dropped unmarked"] if u.dropped else []
+        out.append(f"\n{r.copy}:{u.first_line} {u.qualname}{against}: {', '.join(counts) or 'not verified'}")
+        if u.problem:
+            out.append(f"  {u.problem}")
+        out.extend(u.diff)
+    n_defs = sum(len(r.definitions) for r in reports)
+    ok_defs = sum(u.ok for r in reports for u in r.definitions)
+    ok = all(r.ok for r in reports)
+    out.append(f"\n{len(reports)} copy modules: {ok_defs}/{n_defs} definitions verified, "
+               f"{sum(r.adapted for r in reports)} adapted lines, {sum(r.mismatched for r in reports)} mismatched "
+               f"lines, {sum(r.dropped for r in reports)} unmarked dropped lines: " + ("OK" if ok else "FAIL"))
+    return out
+
+
