@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterator
 
+from fuzz.errors import HarnessError
 from fuzz.runner import RunOptions, fuzz_target
 from fuzz.targets import Target
 
@@ -101,12 +102,15 @@ class _Mutator(ast.NodeTransformer):
         return node
 
 
-def _function_node(tree: ast.Module, qualname: str) -> ast.AST:
-    node: ast.AST = tree
-    for part in qualname.split("."):
-        node = next(n for n in ast.iter_child_nodes(node)
-                    if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.name == part)
-    return node
+def _function_node(tree: ast.Module, first_line: int) -> ast.AST:
+    """The def whose first line (decorators included) is ``first_line``:
+    found by position, so an inherited method is mutated where it is defined."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if start == first_line:
+                return node
+    raise HarnessError(f"selftest: no function starts at line {first_line}")
 
 
 def _adapted_lines(source: str) -> set[int]:
@@ -116,6 +120,10 @@ def _adapted_lines(source: str) -> set[int]:
 def mutants_of(target: Target) -> Iterator[tuple[Mutant, str]]:
     """Every mutant of the target's optimized function, with the mutated module source."""
     module_name, _, qualname = target.optimized.partition(":")
+    function = inspect.unwrap(target.impl("optimized").function)
+    if function.__module__ != module_name:
+        raise HarnessError(f"selftest: {target.optimized} is defined in {function.__module__}, not {module_name}")
+    first_line = function.__code__.co_firstlineno
     source = inspect.getsource(importlib.import_module(module_name))
     tree = ast.parse(source)
     lines = source.splitlines()
@@ -123,9 +131,8 @@ def mutants_of(target: Target) -> Iterator[tuple[Mutant, str]]:
     index = 0
     while True:
         mutated = copy.deepcopy(tree)
-        function = _function_node(mutated, qualname)
         mutator = _Mutator(index)
-        mutator.visit(function)
+        mutator.visit(_function_node(mutated, first_line))
         if mutator.applied is None:
             return
         index += 1
