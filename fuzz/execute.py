@@ -8,8 +8,7 @@ outside the tally: only the upstream call is counted.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
@@ -28,7 +27,6 @@ class ExampleResult:
     mismatches: list[Mismatch]
     legacy: SideResult
     optimized: SideResult
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def device(self) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from fuzz.compare import Verdict
 from fuzz.merge import merge_entry
-from fuzz.report import outcome_entry, write_json
+from fuzz.report import failure_entry, outcome_entry, worst, write_json
 from fuzz.repro import repro_payload, save_repro
 from fuzz.runner import RunOptions, TargetOutcome, crash_result, fuzz_target
 from fuzz.targets import Target, lookup
@@ -166,13 +166,11 @@ def fuzz_isolated(target: Target, options: RunOptions, deadline: float | None, i
                                     target_module=options.target_module(target), stress=options.stress)
             payload["example_timeout"] = isolation.example_timeout
             path = save_repro(options.corpus / "failures", payload)
-        from fuzz.report import failure_entry
-
         total["failures"].append(failure_entry(failure, path))
         _count_crash(total, spec, verdict)
     assert total is not None
     total["verdict"] = "skipped" if total["skipped"] else (
-        "fuzzer-error" if total["fuzzer_error"] else _worst([f["verdict"] for f in total["failures"]]))
+        "fuzzer-error" if total["fuzzer_error"] else worst(f["verdict"] for f in total["failures"]))
     return total
 
 
@@ -186,12 +184,6 @@ def _count_crash(total: dict, spec: dict, verdict: Verdict) -> None:
     tally["verdicts"][verdict.value] = tally["verdicts"].get(verdict.value, 0) + 1
     if total["first_failure_at"] is None:
         total["first_failure_at"] = total["examples"]
-
-
-def _worst(verdicts: list[str]) -> str:
-    from fuzz.report import worst
-
-    return worst(verdicts)
 
 
 def _run_worker(args_path: Path, journal: Path, result: Path,

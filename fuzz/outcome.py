@@ -6,7 +6,7 @@ exception type and message are captured so they can be compared and saved.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -33,7 +33,6 @@ class SideResult:
     syncs: int | None = None
     allowed_syncs: int | None = None
     hidden_syncs: int | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -61,5 +61,5 @@ def test_stress_mode_catches_the_reused_staging_buffer_on_cuda():
 @pytest.mark.parametrize("name", sorted(t.name for t in TARGETS))
 def test_real_copies_pass_under_stress_on_cuda(name):
     outcome = fuzz(BY_NAME[name], devices=("cuda",), max_examples=50, stress=True)
-    assert not [f for f in outcome.failures if f.verdict is Verdict.DIVERGENCE], \
-        [(f.verdict, f.spec, f.mismatches) for f in outcome.failures]
+    # Stress judges values only (no sync verdicts), so any failure here is a real hazard.
+    assert not outcome.failures, [(f.verdict, f.spec, f.mismatches) for f in outcome.failures]
