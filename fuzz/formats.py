@@ -34,6 +34,8 @@ def markdown(report: dict) -> str:
             failures = [f for f in entry["failures"] if f["device"] == device]
             new = [f for f in failures if not f.get("known")]
             verdict = "fuzzer-error" if entry["fuzzer_error"] else worst(f["verdict"] for f in failures)
+            if verdict == "agree" and not tally["examples"]:
+                verdict = "untested (no example within its budget share)"
             lines.append(f"| {entry['name']} | {device} | {tally['examples']} | {verdict} | "
                          f"{sync_column(tally).replace('->', '→')} | {len(new)} | {len(failures) - len(new)} |")
     details = [(e, f) for e in report["targets"] for f in e["failures"]]
@@ -66,6 +68,10 @@ def junit_xml(report: dict) -> str:
             if entry["fuzzer_error"]:
                 failures += 1
                 ET.SubElement(case, "error", message="fuzzer bug").text = entry["fuzzer_error"]
+                continue
+            if devices[device] is not None and not devices[device]["examples"] and not entry["failures"]:
+                skipped += 1  # nothing ran: CI must not count it as a pass
+                ET.SubElement(case, "skipped", message="no example ran within its share of the budget")
                 continue
             new = [f for f in entry["failures"] if f["device"] == device and not f.get("known")]
             known = [f for f in entry["failures"] if f["device"] == device and f.get("known")]

@@ -8,6 +8,12 @@ worker on fresh seeds and carries on with the remaining examples and targets.
 A worker whose CUDA context is lost journals why and exits with
 ``EXIT_CONTEXT_LOST``; any other death is read from its exit status.
 
+The worker is persistent: one process runs target after target (jobs sent on
+its stdin, answered on its stdout), so a run pays for importing torch and
+creating a CUDA context once per worker, not once per target -- on the H200
+that start-up (~6 s) ate whole budget shares (a 120 s nightly run of 20
+targets did 129 examples). Only a death or a hang costs a fresh process.
+
 Crashing inputs are not shrunk (each shrink step would cost a process); the
 journaled input is the one that crashed.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -23,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fuzz.compare import Verdict
@@ -44,11 +51,38 @@ class Isolation:
     max_restarts: int = 3  # per target: one that keeps crashing must not eat the run
     workdir: Path | None = None  # journals and results; a temporary folder if None
     env: dict[str, str] | None = None  # extra environment for workers (e.g. CUDA_VISIBLE_DEVICES)
+    _process: "WorkerProcess | None" = field(default=None, init=False, repr=False, compare=False)
+
+    def worker(self) -> "WorkerProcess":
+        """The live worker process, started if there is none."""
+        if self._process is None or not self._process.alive:
+            self._process = WorkerProcess(self.env)
+        return self._process
+
+    def discard_worker(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process = None
 
 
 # ---------------------------------------------------------------- worker side
 
-def _worker(args_path: str) -> int:
+def _serve() -> int:
+    """Run jobs until stdin closes: each stdin line names an args file; each
+    finished job is answered with a line on the control channel."""
+    # The control channel is the original stdout; fd 1 now points at stderr,
+    # so nothing the code under test prints can garble the protocol.
+    control = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        if line.strip():
+            _run_job(line.strip())
+            control.write(f"done {line.strip()}\n")
+    return 0
+
+
+def _run_job(args_path: str) -> None:
     args = json.loads(Path(args_path).read_text())
     extra = [args["target_module"]] if args.get("target_module") else []
     (target,) = lookup([args["target"]], extra)
@@ -78,7 +112,9 @@ def _worker(args_path: str) -> int:
         sys.stderr.flush()
         os._exit(EXIT_CONTEXT_LOST)
 
-    deadline = time.monotonic() + args["seconds_left"] if args.get("seconds_left") is not None else None
+    # The deadline travels as wall-clock time: the worker's own start-up (a
+    # fresh one's torch import and CUDA context) is inside the budget, not added to it.
+    deadline = None if args.get("ends_at") is None else time.monotonic() + (args["ends_at"] - time.time())
     options = RunOptions(
         devices=tuple(args["devices"]), seed=args["seed"], contract=args["contract"],
         max_examples=args.get("max_examples"), budget=args.get("budget"),
@@ -91,7 +127,6 @@ def _worker(args_path: str) -> int:
     )
     outcome = fuzz_target(target, options, deadline)
     write_json(Path(args["result"]), outcome_entry(outcome))
-    return 0
 
 
 def _progress_to_stderr():
@@ -139,7 +174,7 @@ def fuzz_isolated(target: Target, options: RunOptions, deadline: float | None, i
             "target": target.name, "target_module": options.target_module(target),
             "devices": list(options.devices), "seed": options.seed, "contract": options.contract,
             "max_examples": None if options.max_examples is None else options.max_examples - done,
-            "budget": options.budget, "seconds_left": None if deadline is None else deadline - time.monotonic(),
+            "budget": options.budget, "ends_at": None if deadline is None else time.time() + (deadline - time.monotonic()),
             "corpus": str(options.corpus) if options.corpus else None,
             "journal": str(journal), "result": str(workdir / f"{target.name}.result.json"),
             "first_chunk": attempt * 1_000_000, "stress": options.stress, "upstream": options.upstream,
@@ -186,46 +221,108 @@ def _count_crash(total: dict, spec: dict, verdict: Verdict) -> None:
         total["first_failure_at"] = total["examples"]
 
 
+class WorkerProcess:
+    """One persistent worker: jobs go in on stdin, "done" lines come back on
+    stdout, stderr is echoed (progress) and its tail kept for crash reports."""
+
+    def __init__(self, env: dict[str, str] | None) -> None:
+        full_env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[1])
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, full_env.get("PYTHONPATH")]))
+        full_env.update(env or {})
+        # Its own session: a hang is killed with its whole process group. When
+        # the parent dies, stdin closes and the worker ends by itself.
+        self.process = subprocess.Popen([sys.executable, "-m", "fuzz.isolation", "--serve"], env=full_env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, bufsize=1, start_new_session=True)
+        self.tail: deque = deque(maxlen=20)
+        self.answers: queue.Queue = queue.Queue()
+        threading.Thread(target=_pump, args=(self.process.stderr, self.tail), daemon=True).start()
+        threading.Thread(target=self._read_answers, daemon=True).start()
+        self.jobs = 0
+
+    def _read_answers(self) -> None:
+        for line in iter(self.process.stdout.readline, ""):
+            self.answers.put(line.strip())
+        self.answers.put(None)  # closed: the process ended
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def submit(self, args_path: Path) -> None:
+        self.jobs += 1
+        self.process.stdin.write(f"{args_path}\n")
+        self.process.stdin.flush()
+
+    def answer(self, timeout: float) -> str | None:
+        """The next answer line, "" if none came within ``timeout``, None once the process ended."""
+        try:
+            return self.answers.get(timeout=timeout)
+        except queue.Empty:
+            return ""
+
+    def kill(self) -> None:
+        if self.alive:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+
+
 def _run_worker(args_path: Path, journal: Path, result: Path,
                 isolation: Isolation) -> tuple[dict, tuple[dict, Verdict, str] | None]:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    env.update(isolation.env or {})
-    process = subprocess.Popen([sys.executable, "-m", "fuzz.isolation", str(args_path)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    tail: deque = deque(maxlen=20)
-    pump = threading.Thread(target=_pump, args=(process.stderr, tail), daemon=True)
-    pump.start()
-    spawned = time.time()
+    worker = isolation.worker()
+    try:
+        worker.submit(args_path)
+    except (BrokenPipeError, OSError):  # died between jobs: one fresh start
+        isolation.discard_worker()
+        worker = isolation.worker()
+        worker.submit(args_path)
+    submitted = time.time()
     hung = False
     started = None
-    while process.poll() is None:
-        time.sleep(0.1)
+    while True:
+        answer = worker.answer(timeout=0.1)
+        if answer is None or answer == f"done {args_path}":
+            break
         started = _journal(journal).get("started") or started  # keep the last good reading
         limit = isolation.example_timeout if started else STARTUP_ALLOWANCE
-        if time.time() - (started or spawned) > limit:
+        if time.time() - (started or submitted) > limit:
             hung = True
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    pump.join(timeout=5)
-    if process.returncode == 0 and result.exists() and not hung:
+            break
+    if hung:
+        isolation.discard_worker()
+    elif answer is not None and result.exists():
         return json.loads(result.read_text()), None
+    else:
+        worker.process.wait()
+        _drain(worker)
+        isolation.discard_worker()
+    returncode = worker.process.returncode
+    tail = worker.tail
     snapshot = journal.with_suffix(".snapshot.json")
     part = json.loads(snapshot.read_text()) if snapshot.exists() else _empty_entry(args_path)
     record = _journal(journal)
     if "spec" not in record:
         # Nothing ran: an import or set-up failure is the fuzzer's, not a verdict.
-        part["fuzzer_error"] = (f"worker died before its first example ({_death(process.returncode)}): "
+        part["fuzzer_error"] = (f"worker died before its first example ({_death(returncode)}): "
                                 f"{tail[-1] if tail else '(no output)'}")
         return part, None
     if hung:
         return part, (record["spec"], Verdict.HANG, f"example ran past the {isolation.example_timeout:g} s watchdog")
-    if process.returncode == EXIT_CONTEXT_LOST and "fatal" in record:
+    if returncode == EXIT_CONTEXT_LOST and "fatal" in record:
         return part, (record["spec"], Verdict.CRASH, record["fatal"])
     last = next((line for line in reversed(tail) if line.strip()), "(no output)")
-    return part, (record["spec"], Verdict.CRASH, f"{_death(process.returncode)}; last output: {last[:300]}")
+    return part, (record["spec"], Verdict.CRASH, f"{_death(returncode)}; last output: {last[:300]}")
+
+
+def _drain(worker: WorkerProcess) -> None:
+    """Give the stderr pump a moment to keep the dead worker's last lines."""
+    deadline = time.monotonic() + 2.0
+    while worker.process.stderr and not worker.process.stderr.closed and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _journal(path: Path) -> dict:
@@ -243,4 +340,6 @@ def _empty_entry(args_path: Path) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker(sys.argv[1]))
+    if sys.argv[1:] != ["--serve"]:
+        sys.exit("usage: python -m fuzz.isolation --serve  (started by fuzz run; reads job files on stdin)")
+    sys.exit(_serve())

@@ -120,6 +120,8 @@ def summary_table(entries: list[dict]) -> str:
                 verdict = "fuzzer-error"
             elif entry["flaky"] and verdict != "agree":
                 verdict += " (flaky)"
+            elif verdict == "agree" and not tally["examples"]:
+                verdict = "untested"  # "agree" with zero examples would claim what no run showed
             rows.append((entry["name"], device, str(tally["examples"]), str(tally["verdicts"].get("agree", 0)),
                          str(tally["both_raised"]), verdict, sync_column(tally)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -135,6 +137,10 @@ def failure_lines(entries: list[dict]) -> list[str]:
             lines.append(f"upstream: {entry['name']}: {entry['upstream_check']}")
         if entry["fuzzer_error"]:
             lines.append(f"FUZZER BUG in {entry['name']}: {entry['fuzzer_error']}")
+        for device, tally in entry["by_device"].items():
+            if not tally["examples"] and not entry["failures"]:
+                lines.append(f"UNTESTED: {entry['name']} on {device} ran no example before its share of "
+                             "--budget ran out; give the run a larger --budget or fewer --target")
         for failure in entry["failures"]:
             lines.append(f"{failure['verdict'].upper()} in {entry['name']} on {failure['device']}"
                          + (" (flaky)" if entry["flaky"] else ""))

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from fuzz.errors import FuzzError
@@ -29,13 +30,15 @@ def run_with_xdist(items: list[Item], options: RunOptions, isolation: Isolation 
     workdir = Path(tempfile.mkdtemp(prefix="syncfuzz-xdist-"))
     results = workdir / "results"
     results.mkdir()
-    share = None if options.budget is None else options.budget * workers / max(len(items), 1)
+    # Items start when a worker is free; none may run past the run's end.
+    ends_at = None if options.budget is None else time.time() + options.budget
     run = {
         "items": [{"index": i, "target": item.target.name, "piece": item.piece, "pieces": item.pieces,
-                   "seed": item.seed, "max_examples": item.max_examples, "seconds": share}
+                   "seed": item.seed, "max_examples": item.max_examples}
                   for i, item in enumerate(items)],
         "devices": list(options.devices), "seed": options.seed, "contract": options.contract,
-        "max_examples": options.max_examples, "budget": options.budget, "stress": options.stress,
+        "max_examples": options.max_examples, "budget": options.budget, "ends_at": ends_at, "workers": workers,
+        "stress": options.stress,
         "corpus": str(options.corpus), "target_module": target_module, "results": str(results),
         "gpus": visible_gpus() if "cuda" in options.devices else 0,
         "isolation": isolation is not None,

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 RUN_FILE_ENV = "SYNCFUZZ_RUN_FILE"
+_ISOLATIONS: dict = {}  # xdist worker index -> its Isolation (and fuzz process)
 
 
 def _run() -> dict | None:
@@ -39,6 +40,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _worker_index() -> int:
     name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     return int(name[2:]) if name[2:].isdigit() else 0
+
+
+def _share_of_what_is_left(run: dict, index: int) -> float:
+    """This item's seconds: the time left until the run's end, split over the
+    items not yet started, all workers in parallel. Time an item leaves
+    unused, and time lost to start-up, roll over to the items after it."""
+    started = Path(run["results"]).parent / "started"
+    started.mkdir(exist_ok=True)
+    (started / str(index)).touch()
+    not_started = len(run["items"]) - sum(1 for _ in started.iterdir()) + 1
+    left = max(run["ends_at"] - time.time(), 0.0)
+    return min(left, left * run["workers"] / max(not_started, 1))
 
 
 def test_fuzz_item(fuzz_item: dict) -> None:
@@ -61,16 +74,26 @@ def test_fuzz_item(fuzz_item: dict) -> None:
     )
     isolation = None
     if run["isolation"]:
-        isolation = Isolation(example_timeout=run["example_timeout"], max_restarts=run["max_restarts"],
-                              workdir=Path(run["corpus"]) / "journal" / f"gw{worker}", env=env)
+        # One Isolation per xdist worker: its fuzz process outlives the item,
+        # so start-up (torch import, CUDA context) is paid once per worker.
+        isolation = _ISOLATIONS.get(worker)
+        if isolation is None:
+            isolation = _ISOLATIONS[worker] = Isolation(
+                example_timeout=run["example_timeout"], max_restarts=run["max_restarts"],
+                workdir=Path(run["corpus"]) / "journal" / f"gw{worker}", env=env)
     elif gpu is not None:
         import torch
 
         torch.cuda.set_device(gpu)
     item = Item(target, fuzz_item["piece"], fuzz_item["pieces"], fuzz_item["seed"], fuzz_item["max_examples"])
-    deadline = None if fuzz_item["seconds"] is None else time.monotonic() + fuzz_item["seconds"]
+    deadline = None
+    if run["ends_at"] is not None:
+        deadline = time.monotonic() + _share_of_what_is_left(run, fuzz_item["index"])
     entry = run_item(item, options, isolation, deadline)
-    entry["placement"] = [{"item": item.key, "worker": f"gw{worker}", "gpu": gpu, "pid": os.getpid()}]
+    # Per item: where it ran and how much it did, so a report shows each
+    # worker's (and GPU's) share and the steady-state rate without start-up.
+    entry["placement"] = [{"item": item.key, "worker": f"gw{worker}", "gpu": gpu, "pid": os.getpid(),
+                           "examples": entry["examples"], "seconds": entry["seconds"]}]
     out = Path(run["results"]) / f"{fuzz_item['index']:05d}.json"
     out.write_text(json.dumps(entry))
     failures = [f for f in entry["failures"] if not f.get("known")]

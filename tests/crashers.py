@@ -42,6 +42,14 @@ def hanging(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
     return prepare_chunk_offsets(cu_seqlens, chunk_size)
 
 
+def chatty(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Correct, but writes to stdout on every call, from Python and from C
+    (fd 1): a persistent worker's control channel must not be garbled by it."""
+    print("chatty: print() to stdout")
+    os.write(1, b"done chatty: raw write to fd 1\n")
+    return prepare_chunk_offsets(cu_seqlens, chunk_size)
+
+
 _BASE = {t.name: t for t in CATALOG}["fla-chunk-offsets"]
 TARGETS = [
     dataclasses.replace(_BASE, name=f"crasher-{kind}", optimized=f"tests.crashers:{function}")
@@ -64,3 +72,4 @@ def alternating(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
 
 
 TARGETS.append(dataclasses.replace(_BASE, name="flaky-alternating", optimized="tests.crashers:alternating"))
+TARGETS.append(dataclasses.replace(_BASE, name="chatty-stdout", optimized="tests.crashers:chatty"))

@@ -63,3 +63,28 @@ def test_real_copies_pass_under_stress_on_cuda(name):
     outcome = fuzz(BY_NAME[name], devices=("cuda",), max_examples=50, stress=True)
     # Stress judges values only (no sync verdicts), so any failure here is a real hazard.
     assert not outcome.failures, [(f.verdict, f.spec, f.mismatches) for f in outcome.failures]
+
+
+def test_empty_pinned_list_is_not_a_hidden_sync():
+    """async_tensor_h2d([]) pins an empty tensor: it has no storage pointer, so
+    is_pinned() is False, but a zero-byte copy stages nothing. Counting it was a
+    false sync-regression in the first multi-GPU nightly run (2026-11-29)."""
+    from fuzz.execute import run_example
+
+    result = run_example(BY_NAME["async-tensor-h2d"], {"device": "cuda", "values": [], "form": "list", "dtype": None})
+    assert result.verdict is Verdict.AGREE, result.mismatches
+    assert (result.legacy.syncs, result.optimized.syncs) == (0, 0)
+
+
+def test_non_blocking_copy_from_pageable_memory_still_counts():
+    import torch
+
+    from fuzz.syncs import counting_syncs
+
+    with counting_syncs(True) as tally:
+        torch.arange(4).to("cuda", non_blocking=True)
+    assert (tally.total, tally.hidden) == (1, 1)
+    with counting_syncs(True) as tally:
+        torch.arange(4).pin_memory().to("cuda", non_blocking=True)
+        torch.empty(0).to("cuda", non_blocking=True)
+    assert (tally.total, tally.hidden) == (0, 0)

@@ -72,3 +72,29 @@ def test_replay_reproduces_the_death_in_a_child(isolated_run, name, expected):
     result = cli("replay", repro)
     assert result.returncode == 1, result.stderr
     assert expected in result.stdout
+
+
+def test_one_worker_process_runs_target_after_target_until_a_death(tmp_path, monkeypatch):
+    """Start-up (torch import, CUDA context) is paid per worker, not per
+    target; a crash costs one fresh process; stdout noise from the code under
+    test cannot garble the job protocol."""
+    from fuzz.isolation import Isolation
+    from fuzz.plan import plan
+    from fuzz.runner import RunOptions, run_item
+    from fuzz.targets import lookup
+
+    monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.crashers")
+    names = ["chatty-stdout", "fla-chunk-offsets", "crasher-abort", "fla-chunk-indices"]
+    targets = lookup(names, ["tests.crashers"])
+    options = RunOptions(devices=("cpu",), seed=0, max_examples=10, corpus=tmp_path / "corpus",
+                         target_module=lambda t: "tests.crashers")
+    isolation = Isolation(example_timeout=30, max_restarts=0, workdir=tmp_path / "journal")
+    pids, entries = [], {}
+    for item in plan(targets, seed=0, pieces=1, max_examples=10):
+        entries[item.target.name] = run_item(item, options, isolation, None)
+        pids.append(isolation._process.process.pid if isolation._process else None)
+    assert [entries[n]["verdict"] for n in names] == ["agree", "agree", "crash", "agree"]
+    assert entries["chatty-stdout"]["examples"] == 10 and entries["fla-chunk-indices"]["examples"] == 10
+    assert pids[0] == pids[1] and pids[2] is None  # reused; the crash discarded it
+    assert pids[3] not in (None, pids[0])
+    isolation.discard_worker()

@@ -146,3 +146,21 @@ def test_bad_merge_input_is_a_usage_error(content, expected, tmp_path, capsys):
         path.write_text(content)
     assert main(["merge-reports", str(tmp_path / "out.json"), str(path)]) == 2
     assert expected in capsys.readouterr().err
+
+
+def test_a_target_that_ran_no_example_is_untested_not_agree():
+    """A budget share spent before the first example must not read as a pass."""
+    from fuzz.formats import junit_xml, markdown
+    from fuzz.report import failure_lines, outcome_entry, summary_table
+    from fuzz.runner import DeviceTally, TargetOutcome
+
+    from fuzz.targets import lookup
+
+    (target,) = lookup(["fla-chunk-offsets"])
+    outcome = TargetOutcome(target, ("cpu",), tallies={"cpu": DeviceTally()})
+    entry = outcome_entry(outcome)
+    report = {"run": {}, "versions": {}, "targets": [entry]}
+    assert "untested" in summary_table([entry])
+    assert any(line.startswith("UNTESTED: fla-chunk-offsets on cpu") for line in failure_lines([entry]))
+    assert "untested" in markdown(report)
+    assert 'skipped="1"' in junit_xml(report) and "no example ran" in junit_xml(report)

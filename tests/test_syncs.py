@@ -1,0 +1,42 @@
+"""The hidden-sync detector's rule, checked without a GPU (tests/test_gpu.py runs it on CUDA)."""
+
+from __future__ import annotations
+
+import torch
+
+from fuzz.syncs import _pageable_host
+
+
+def test_a_non_empty_host_tensor_is_pageable_unless_pinned():
+    assert _pageable_host(torch.arange(3))
+    assert not _pageable_host(torch.arange(3).to("meta"))
+    assert not _pageable_host([1, 2, 3])
+
+
+def test_an_empty_host_tensor_stages_nothing_so_it_is_never_a_hidden_sync():
+    # torch.tensor([], pin_memory=True) has no storage pointer and reports
+    # is_pinned() == False; a zero-byte copy cannot stage or wait.
+    assert not _pageable_host(torch.empty(0))
+    assert not _pageable_host(torch.empty(0, 4))
+
+
+def test_non_blocking_flag_is_read_from_keywords_and_positions():
+    from fuzz.syncs import _non_blocking
+
+    t = torch.arange(3)
+    assert _non_blocking((t, "cuda"), {"non_blocking": True})
+    assert _non_blocking((t, "cuda", torch.int32, True), {})  # to(device, dtype, non_blocking)
+    assert _non_blocking((t, torch.int32, True, False), {})  # to(dtype, non_blocking, copy)
+    assert not _non_blocking((t, "cuda"), {})
+    assert not _non_blocking((t, "cuda"), {"non_blocking": False, "copy": True})
+
+
+def test_the_detector_sees_python_level_copies_only_when_armed_and_leaves_results_alone():
+    from fuzz.syncs import SyncTally, _PageableAsyncCopies
+
+    tally = SyncTally()
+    with _PageableAsyncCopies(tally):
+        out = torch.arange(3).to(torch.float32, non_blocking=True)  # host to host: no sync
+        torch.empty(3).copy_(torch.ones(3), non_blocking=True)
+    assert out.tolist() == [0.0, 1.0, 2.0]
+    assert (tally.total, tally.hidden) == (0, 0)
