@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
@@ -42,6 +43,7 @@ class SyncTally:
     total: int = 0  # torch-detected + hidden
     allowed: int = 0  # inside gpu_sync_allowed()
     hidden: int = 0  # non-blocking H2D copies from pageable memory
+    hidden_sites: list[str] = field(default_factory=list)  # "file:line" of each, for people reading a report
 
 
 def _pageable_host(tensor: Any) -> bool:
@@ -86,8 +88,17 @@ class _PageableAsyncCopies(TorchFunctionMode):
     def _count(self) -> None:
         self.tally.total += 1
         self.tally.hidden += 1
+        self.tally.hidden_sites.append(_caller_site())
         if sync_allowed_depth.get():
             self.tally.allowed += 1
+
+
+def _caller_site() -> str:
+    """The first frame outside torch and this module: the line that copied."""
+    frame = sys._getframe(2)
+    while frame is not None and ("/torch/" in frame.f_code.co_filename or frame.f_code.co_filename == __file__):
+        frame = frame.f_back
+    return "?" if frame is None else "/".join(frame.f_code.co_filename.rsplit("/", 2)[-2:]) + f":{frame.f_lineno}"
 
 
 @contextmanager

@@ -48,8 +48,9 @@ def test_hidden_pageable_copy_is_counted_for_chunk_indices():
     pageable memory: torch's detector misses it, ours counts it (finding F4)."""
     outcome = fuzz(BY_NAME["fla-chunk-indices"], devices=("cuda",), max_examples=30)
     tally = outcome.tallies["cuda"]
-    assert set(tally.optimized_hidden) == {1}
-    assert set(tally.optimized_syncs) == {2}
+    # 1 per call, except an empty table (all sequences empty): nothing to copy.
+    assert set(tally.optimized_hidden) <= {0, 1} and tally.optimized_hidden[1] > 0
+    assert set(tally.optimized_syncs) <= {1, 2} and tally.optimized_syncs[2] > 0
 
 
 def test_stress_mode_catches_the_reused_staging_buffer_on_cuda():
