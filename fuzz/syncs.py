@@ -8,15 +8,19 @@ Two detectors, armed only around the call and only on CUDA:
   ``showwarning`` hook and classified by whether it happened inside
   ``gpu_sync_allowed()`` (a deliberate upstream sync).
 * one for what torch's detector is blind to: a ``non_blocking=True`` H2D copy
-  whose source is *pageable* (not pinned) host memory. CUDA stages such a copy
-  through a driver buffer and the host waits for it, so it is a sync in all but
-  name -- the review summary's risk 4 ("non_blocking only helps from pinned
-  memory"). A ``TorchFunctionMode`` sees every Python-level ``Tensor.to`` /
-  ``.cuda`` / ``.copy_`` call and counts those; they are reported as
-  ``hidden`` syncs and included in the total. (A ``TorchDispatchMode`` saw
-  every aten op instead and cost 1.7-2.8x the call itself, measured on CPU
-  rounds; the function mode costs 1.15-1.45x. Every ``non_blocking=True`` in
-  the copied code is such a Python-level call.)
+  whose source is *pageable* (not pinned) host memory and too large for the
+  driver to stage at once -- the review summary's risk 4 ("non_blocking only
+  helps from pinned memory"). Measured on an H200 (driver 580.159.04, CUDA
+  13.0, scripts/gpu_pageable_probe.py): with a 50 ms kernel queued, such a
+  copy returned in < 0.3 ms up to 2 MiB and waited the full 50 ms at 4 MiB.
+  So only copies above ``PAGEABLE_STAGED_BYTES`` (2 MiB; the band up to 4 MiB
+  is unmeasured) are counted; every table the fuzzed code stages is far
+  smaller. A ``TorchFunctionMode`` sees every Python-level ``Tensor.to`` /
+  ``.cuda`` / ``.copy_`` call; counted copies are reported as ``hidden`` syncs
+  (with their source line) and included in the total. (A
+  ``TorchDispatchMode`` saw every aten op instead and cost 1.7-2.8x the call
+  itself on CPU rounds; the function mode costs 1.15-1.45x. Every
+  ``non_blocking=True`` in the copied code is such a Python-level call.)
 
 On CPU there is nothing to count and CPU-only torch raises on the debug-mode
 call, so nothing is armed there (the run says so once).
@@ -24,9 +28,10 @@ call, so nothing is armed there (the run says so once).
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from contextlib import contextmanager
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -36,6 +41,10 @@ from torch.overrides import TorchFunctionMode
 from fuzz.upstream_shims import sync_allowed_depth
 
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
+# Largest pageable non_blocking H2D copy seen to return without waiting for
+# the GPU (see the module docstring); SYNCFUZZ_PAGEABLE_STAGED_BYTES overrides
+# it for another driver (0 counts every pageable copy).
+PAGEABLE_STAGED_BYTES = int(os.environ.get("SYNCFUZZ_PAGEABLE_STAGED_BYTES", 2 * 1024 * 1024))
 
 
 @dataclass
@@ -47,12 +56,12 @@ class SyncTally:
 
 
 def _pageable_host(tensor: Any) -> bool:
-    # An empty tensor copies no bytes, so there is nothing to stage and no
-    # sync; it also has no storage pointer, so is_pinned() says False even for
-    # torch.tensor([], pin_memory=True) -- counting it cried wolf on
-    # async_tensor_h2d([]) (H200 nightly run, 2026-11-29).
-    return (isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu" and tensor.numel() > 0
-            and not tensor.is_pinned())
+    """A host tensor whose non_blocking copy to the GPU makes the host wait:
+    pageable and larger than the driver stages at once. An empty one copies
+    nothing (and reports is_pinned() False even when pinned: counting it cried
+    wolf on async_tensor_h2d([]), H200 nightly run 2026-11-29)."""
+    return (isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
+            and tensor.numel() * tensor.element_size() > PAGEABLE_STAGED_BYTES and not tensor.is_pinned())
 
 
 _COPY_METHODS = {"to", "cuda", "copy_"}

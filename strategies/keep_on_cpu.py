@@ -545,13 +545,6 @@ def _keye_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dic
     return spec
 
 
-def keye_sync_budget(spec: dict) -> int:
-    """Syncs the optimized side makes by design: per modality present, the
-    position ids and sample indices staged ``.to(device, non_blocking=True)``
-    from pageable host tensors (hidden syncs); the kept-on-CPU grid adds none."""
-    return 2 * (bool(spec["image_grid_thw"]) + bool(spec["video_grid_thw"]))
-
-
 class KeyeGridThwInputs:
     """``KeyeForConditionalGeneration.embed_multimodal(**kwargs)``: patches on
     the device, ``*_grid_thw`` where the side's engine puts them; the result

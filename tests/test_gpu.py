@@ -43,14 +43,14 @@ def test_every_target_agrees_on_cuda_under_the_caller_contract(name):
     assert not outcome.failures, [(f.verdict, f.spec, f.mismatches) for f in outcome.failures]
 
 
-def test_hidden_pageable_copy_is_counted_for_chunk_indices():
-    """optimized prepare_chunk_indices stages its table non-blocking from
-    pageable memory: torch's detector misses it, ours counts it (finding F4)."""
+def test_small_pageable_staging_is_not_a_sync_for_chunk_indices():
+    """optimized prepare_chunk_indices stages its (small) table non-blocking
+    from pageable memory: the driver stages it without waiting (measured), so
+    only the deliberate `.tolist()` is left (finding F4, corrected)."""
     outcome = fuzz(BY_NAME["fla-chunk-indices"], devices=("cuda",), max_examples=30)
     tally = outcome.tallies["cuda"]
-    # 1 per call, except an empty table (all sequences empty): nothing to copy.
-    assert set(tally.optimized_hidden) <= {0, 1} and tally.optimized_hidden[1] > 0
-    assert set(tally.optimized_syncs) <= {1, 2} and tally.optimized_syncs[2] > 0
+    assert set(tally.optimized_hidden) == {0}
+    assert set(tally.optimized_syncs) <= {1}
 
 
 def test_stress_mode_catches_the_reused_staging_buffer_on_cuda():
@@ -77,15 +77,17 @@ def test_empty_pinned_list_is_not_a_hidden_sync():
     assert (result.legacy.syncs, result.optimized.syncs) == (0, 0)
 
 
-def test_non_blocking_copy_from_pageable_memory_still_counts():
+def test_only_a_large_pageable_non_blocking_copy_counts():
     import torch
 
-    from fuzz.syncs import counting_syncs
+    from fuzz.syncs import PAGEABLE_STAGED_BYTES, counting_syncs
 
     with counting_syncs(True) as tally:
-        torch.arange(4).to("cuda", non_blocking=True)
+        torch.empty(2 * PAGEABLE_STAGED_BYTES, dtype=torch.uint8).to("cuda", non_blocking=True)
     assert (tally.total, tally.hidden) == (1, 1)
+    assert tally.hidden_sites[0].startswith("tests/test_gpu.py:")
     with counting_syncs(True) as tally:
-        torch.arange(4).pin_memory().to("cuda", non_blocking=True)
+        torch.arange(4).to("cuda", non_blocking=True)  # small: staged without waiting
+        torch.empty(2 * PAGEABLE_STAGED_BYTES, dtype=torch.uint8).pin_memory().to("cuda", non_blocking=True)
         torch.empty(0).to("cuda", non_blocking=True)
     assert (tally.total, tally.hidden) == (0, 0)

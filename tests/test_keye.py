@@ -78,8 +78,8 @@ def test_caller_keye_vl1_5_videos_arrive_split_per_frame(spec):
 
 @pytest.mark.parametrize("contract", ["caller", "wide"])
 def test_video_rows_stay_within_the_declared_sync_bound(contract):
-    # 2 pageable non-blocking copies + one D2H read per device-resident row.
-    assert target("keye-process-video").expected_optimized_syncs == 2 + MAX_VIDEO_ROWS
+    # One D2H read per device-resident row (the small pageable copies stage without waiting).
+    assert target("keye-process-video").expected_optimized_syncs == MAX_VIDEO_ROWS
 
     @SPEC_SETTINGS
     @given(_metadata_specs(["cpu", "cuda"], contract, video=True))

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from fuzz.syncs import _pageable_host
+from fuzz.syncs import PAGEABLE_STAGED_BYTES, _pageable_host
 
 
-def test_a_non_empty_host_tensor_is_pageable_unless_pinned():
-    assert _pageable_host(torch.arange(3))
-    assert not _pageable_host(torch.arange(3).to("meta"))
+def test_only_a_pageable_copy_larger_than_the_driver_stages_counts():
+    big = torch.empty(PAGEABLE_STAGED_BYTES + 1, dtype=torch.uint8)
+    assert _pageable_host(big)
+    assert not _pageable_host(torch.empty(PAGEABLE_STAGED_BYTES, dtype=torch.uint8))  # staged: returns at once
+    assert not _pageable_host(torch.arange(3))
+    assert not _pageable_host(big.to("meta"))
     assert not _pageable_host([1, 2, 3])
 
 
