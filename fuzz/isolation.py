@@ -90,18 +90,27 @@ def _run_job(args_path: str) -> None:
     last_snapshot = [0.0]
 
     def snapshot(outcome: TargetOutcome, force: bool = False) -> None:
-        # Every example while the run is young (crashes tend to come early),
-        # then every few seconds: a crash loses at most that much tally.
-        if force or outcome.examples < 100 or time.monotonic() - last_snapshot[0] > SNAPSHOT_EVERY:
+        # At the first example, then every few seconds: a crash loses at most
+        # that much of the tally (the crashing input itself is in the journal).
+        # Snapshotting every young example cost ~30% of a cheap target's time
+        # in budgeted runs, whose short items are always young.
+        if force or time.monotonic() - last_snapshot[0] > SNAPSHOT_EVERY:
             last_snapshot[0] = time.monotonic()
             write_json(journal.with_suffix(".snapshot.json"), outcome_entry(outcome))
 
+    journal_fd = os.open(journal, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+
     def record(payload: dict) -> None:
-        # Write-then-rename, so the watchdog never reads half a record; no
-        # fsync: a dying process keeps what it wrote, only a host crash loses it.
-        scratch = journal.with_suffix(".tmp")
-        scratch.write_text(json.dumps(payload))
-        os.replace(scratch, journal)
+        # Rewritten in place, once per example: ~8 us, where write-then-rename
+        # cost ~120 us (ext4), a fifth of a cheap target's example. A reader
+        # racing the rewrite sees an empty or partial record, which
+        # fuzz.isolation._journal treats as unreadable and the watchdog keeps its
+        # last good reading; once the worker is dead the last record is whole
+        # (it dies inside an example, not while writing). No fsync: a dying
+        # process keeps what it wrote, only a host crash loses it.
+        data = json.dumps(payload).encode()
+        os.ftruncate(journal_fd, 0)
+        os.pwrite(journal_fd, data, 0)
 
     def before_example(spec: dict, outcome: TargetOutcome) -> None:
         record({"spec": spec, "started": time.time()})
@@ -125,7 +134,10 @@ def _run_job(args_path: str) -> None:
         on_context_lost=on_context_lost,
         progress=_progress_to_stderr(),
     )
-    outcome = fuzz_target(target, options, deadline)
+    try:
+        outcome = fuzz_target(target, options, deadline)
+    finally:
+        os.close(journal_fd)
     write_json(Path(args["result"]), outcome_entry(outcome))
 
 

@@ -164,3 +164,23 @@ def test_a_target_that_ran_no_example_is_untested_not_agree():
     assert any(line.startswith("UNTESTED: fla-chunk-offsets on cpu") for line in failure_lines([entry]))
     assert "untested" in markdown(report)
     assert 'skipped="1"' in junit_xml(report) and "no example ran" in junit_xml(report)
+
+
+def test_budget_share_splits_what_is_left_over_waves_of_items(tmp_path, monkeypatch):
+    """With more items than workers the first wave gets a fair part; the last
+    (partial) wave gets all the time left, so no item is starved."""
+    import time as clock
+
+    from fuzz.xdist_items import _share_of_what_is_left
+
+    results = tmp_path / "results"
+    results.mkdir()
+    now = 1000.0
+    monkeypatch.setattr(clock, "time", lambda: now)
+    run = {"results": str(results), "items": list(range(40)), "workers": 32, "ends_at": now + 90.0}
+    assert _share_of_what_is_left(run, 0) == 45.0  # 40 not started over 32 workers: 2 waves
+    for index in range(1, 9):
+        _share_of_what_is_left(run, index)
+    assert _share_of_what_is_left(run, 9) == 90.0  # 31 left: one wave, all the time left
+    run["ends_at"] = now - 1
+    assert _share_of_what_is_left(run, 10) == 0.0  # past the end: nothing, never negative
