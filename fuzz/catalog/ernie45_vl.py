@@ -6,7 +6,8 @@ DESIGN_ROWS = (6, 7, 8)
 _ERNIE = "vllm/model_executor/models/ernie45_vl.py"
 
 # Sync counts (optimized side, CUDA, per call), read off the code; fuzz.syncs
-# counts torch-flagged syncs plus non-blocking H2D copies from pageable memory.
+# counts torch-flagged syncs plus non-blocking H2D copies from pageable memory
+# too large for the driver to stage without waiting (> 2 MiB; none here).
 # * rot_pos_emb iterates grid_thw; with the eager caller's *device* grid every
 #   row costs 9 syncs (torch.arange(h), arange(w), two expand()s, two
 #   reshape()s with two tensor sizes each, repeat(t)), plus 1 for sizing the
