@@ -188,12 +188,16 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[dict]:
     return json.loads(path.read_text())["equivalent"] if path.exists() else []
 
 
-def _is_equivalent(target: Target, mutant: Mutant, equivalents: list[dict], devices: tuple[str, ...]) -> str | None:
-    """The listed reason, if this mutant was shown equivalent (on these devices)."""
+def _is_equivalent(target: Target, mutant: Mutant, equivalents: list[dict], devices: tuple[str, ...],
+                   contract: str = "caller") -> str | None:
+    """The listed reason, if this mutant was shown equivalent on these devices
+    under this contract (an entry may be limited to ``devices`` and/or
+    ``contracts``: e.g. a line today's callers never reach)."""
     for entry in equivalents:
         if entry["target"] == target.name and entry["operator"] == mutant.operator \
                 and entry["code"] == mutant.code and entry["description"] == mutant.description \
-                and set(devices) <= set(entry.get("devices", devices)):
+                and set(devices) <= set(entry.get("devices", devices)) \
+                and contract in entry.get("contracts", [contract]):
             return entry["reason"]
     return None
 
@@ -204,7 +208,7 @@ def selftest_target(target: Target, options: RunOptions, equivalents: list[dict]
     for number, (mutant, source) in enumerate(mutants_of(target)):
         if limit is not None and number >= limit:
             break
-        reason = _is_equivalent(target, mutant, equivalents, options.devices)
+        reason = _is_equivalent(target, mutant, equivalents, options.devices, options.contract)
         if run_mutant(target, mutant, source, number, options):
             killed.append(mutant)
         elif reason:

@@ -12,6 +12,14 @@ How 0.28.0's callers build them (vllm/model_executor/models/ernie45_vl.py):
   device tensor, ``num_pad=0`` and ``device=hidden_states.device``. The graph
   paths pass lists plus ``max_batch_size``/``max_seqlen_override``, which the
   0.27.1 inline block never saw (tests/test_ernie45_vl.py covers them).
+* The graph paths (``ernie-encoder-metadata-graph``): capture passes
+  ``[[1, m, ceil(budget / B) * m]] * B`` with ``max_batch_size=B``,
+  ``max_seqlen_override=budget * m**2`` and ``device``; replay passes the
+  images' ``image_grid_thw.tolist()`` (``t == 1``, at most ``B`` rows) with
+  ``max_batch_size=B`` and no device (the tower's own). 0.27.1 had no such
+  parameters: its side gets the same grid as the CPU int32 tensor 0.28.0
+  builds from the list, and ``graph_buffers_reference`` applies what the
+  parameters mean (fuzz/catalog/ernie45_vl.py).
 * ``VariableResolutionResamplerModel.forward`` gets the vision features and
   the *unexpanded* grid on the device: images have ``t == 1``, videos an even
   ``t`` (the processor pads frames to ``temporal_conv_size == 2``).
@@ -24,6 +32,7 @@ batches, a rotary table built on the CPU, and ``use_temporal_conv=False``.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
@@ -165,6 +174,100 @@ class ErnieEncoderMetadataInputs:
                 return impl.function(tower, grid, num_pad=num_pad, device=device)
 
         return call
+
+
+@st.composite
+def _graph_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+    wide = contract == "wide"
+    merge = draw(st.sampled_from([1, 2]))
+    batch = draw(st.integers(1, 4))
+    path = draw(st.sampled_from(["capture", "replay"]))
+    override = None
+    if path == "capture":
+        budget = draw(st.integers(1, 16))
+        grid = [[1, merge, -(-budget // batch) * merge] for _ in range(batch)]
+        override = budget * merge**2
+    else:
+        grid = draw(grid_thws(min_size=1, max_size=batch, max_t=1, merge=merge))
+    if wide:
+        # Anything the parameters accept: more rows than the batch (no
+        # padding), an empty batch, any override, num_pad, a tensor grid.
+        grid = draw(st.one_of(st.just(grid), grid_thws(min_size=0, max_size=5, max_t=2, merge=merge)))
+        batch = draw(st.one_of(st.none(), st.integers(0, 6)))
+        override = draw(st.one_of(st.none(), st.integers(0, 10_000)))
+    return {
+        "device": draw(devices(available)),
+        "merge": merge,
+        "head_dim": draw(st.sampled_from([4, 8, 16])),
+        "backend": draw(st.sampled_from(BACKENDS)),
+        "rotary_on": "device",
+        "grid_thw": grid,
+        "grid_form": draw(st.sampled_from(["list", "cpu_tensor"])) if wide else "list",
+        "grid_dtype": "int32",
+        "path": path,
+        "max_batch_size": batch,
+        "max_seqlen_override": override,
+        "pass_device": path == "capture",
+        "num_pad": draw(st.sampled_from([0, 1, 3])) if wide else 0,
+    }
+
+
+def graph_buffers_reference(metadata: dict[str, Any], *, max_batch_size: int | None,
+                            max_seqlen_override: int | None, device: torch.device) -> dict[str, Any]:
+    """0.27.1's metadata turned into what the 0.28.0 graph parameters promise
+    (their docstring): ``cu_seqlens`` padded to ``max_batch_size + 1`` entries
+    by appending empty sequences (the last offset repeated), so attention and
+    ``max_seqlen`` are unchanged; ``max_seqlen`` replaced by the override as a
+    host int32 scalar; every buffer on the graph's device. Harness code, not an
+    upstream copy: it states the contract, the optimized side must meet it."""
+    cu_seqlens = metadata["cu_seqlens"]
+    missing = 0 if max_batch_size is None else max_batch_size - (cu_seqlens.numel() - 1)
+    if missing > 0:
+        cu_seqlens = torch.cat([cu_seqlens, cu_seqlens[-1:].expand(missing)])
+    max_seqlen = metadata["max_seqlen"]
+    if max_seqlen_override is not None:
+        max_seqlen = torch.tensor(max_seqlen_override, dtype=torch.int32)
+    return {"rotary_pos_emb": metadata["rotary_pos_emb"], "cu_seqlens": cu_seqlens.to(device),
+            "max_seqlen": max_seqlen}
+
+
+class ErnieGraphMetadataInputs:
+    """``prepare_encoder_metadata`` as the CUDA-graph capture and replay paths
+    call it (0.28.0 only): the optimized side gets the host list and the graph
+    parameters; the legacy side computes 0.27.1's metadata for the same grid
+    and ``graph_buffers_reference`` applies the parameters."""
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _graph_specs(available, contract)
+
+    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+        tower = _tower(_copy_module(impl, "Ernie4_5_VisionTransformer.prepare_encoder_metadata"), spec)
+        device = torch.device(spec["device"])
+        batch, override, num_pad = spec["max_batch_size"], spec["max_seqlen_override"], spec["num_pad"]
+        takes_graph_parameters = "max_batch_size" in inspect.signature(impl.function).parameters
+        if takes_graph_parameters:
+            grid = grid_in_form(spec["grid_thw"], spec["grid_form"], spec["grid_dtype"], spec["device"])
+            # As the graph paths call it: no num_pad (its default counts), a
+            # device only at capture.
+            extra = {"device": device} if spec["pass_device"] else {}
+            if num_pad:
+                extra["num_pad"] = num_pad
+
+            def call() -> dict[str, Any]:
+                with torch.inference_mode():
+                    return impl.function(tower, grid, max_batch_size=batch, max_seqlen_override=override, **extra)
+
+            return call
+        # 0.27.1: the CPU int32 tensor 0.28.0 makes of the list, then the contract.
+        grid = grid_in_form(spec["grid_thw"], "cpu_tensor", "int32", spec["device"])
+
+        def legacy_call() -> dict[str, Any]:
+            with torch.inference_mode():
+                metadata = impl.function(tower, grid, num_pad=num_pad, device=device)
+                return graph_buffers_reference(metadata, max_batch_size=batch, max_seqlen_override=override,
+                                               device=device)
+
+        return legacy_call
 
 
 @st.composite

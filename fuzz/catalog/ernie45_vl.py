@@ -45,6 +45,25 @@ TARGETS = [
         description="0.27.1's inline forward metadata vs 0.28.0's prepare_encoder_metadata (cu_seqlens staging)",
     ),
     Target(
+        name="ernie-encoder-metadata-graph",
+        upstream=(
+            f"{_ERNIE}::Ernie4_5_VisionTransformer.prepare_encoder_metadata",
+            f"{_ERNIE}::Ernie4_5_VLMoeForConditionalGeneration.prepare_encoder_cudagraph_capture_inputs",
+            f"{_ERNIE}::Ernie4_5_VLMoeForConditionalGeneration.prepare_encoder_cudagraph_replay_buffers",
+        ),
+        legacy="legacy.ernie45_vl:Ernie4_5_VisionTransformer.prepare_encoder_metadata",
+        optimized="optimized.ernie45_vl:Ernie4_5_VisionTransformer.prepare_encoder_metadata",
+        inputs="strategies.ernie45_vl:ErnieGraphMetadataInputs",
+        comparison=Comparison(floats="exact"),
+        # The graph paths hand a host list: the table size, cu_seqlens and
+        # max_seqlen are all computed on the CPU, and the small staged copies
+        # stage without waiting (F4 corrected) -- nothing may sync, since these
+        # buffers feed a captured graph.
+        expected_optimized_syncs=0,
+        description="0.28.0-only CUDA-graph parameters (max_batch_size padding, max_seqlen_override) "
+        "against 0.27.1's metadata plus their documented meaning",
+    ),
+    Target(
         name="ernie-resampler-placeholder",
         upstream=(f"{_ERNIE}::VariableResolutionResamplerModel.forward",),
         legacy="legacy.ernie45_vl:VariableResolutionResamplerModel.forward",
