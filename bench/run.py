@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -102,8 +103,8 @@ def rounds(target: Target, specs: list[dict], device: str) -> float:
     return (time.perf_counter() - start) / max(len(specs), 1)
 
 
-def part_a_d(targets: list[Target], devices: list[str], examples: int) -> list[dict]:
-    rows = []
+def part_a_d(targets: list[Target], devices: list[str], examples: int, rows: list[dict],
+             save: Callable[[], None]) -> list[dict]:
     for device in devices:
         for target in targets:
             # Warm both up first: a process's first examples pay lazy CUDA
@@ -116,6 +117,7 @@ def part_a_d(targets: list[Target], devices: list[str], examples: int) -> list[d
             limit = rounds(target, specs, device)
             rows.append({"target": target.name, "device": device, "bare_s": bare, "fuzz_s": ours,
                          "overhead": ours / bare, "round_s": limit, "fraction_of_limit": limit / ours})
+            save()  # a run stopped by a time limit keeps what it measured
             print(f"{target.name:32} {device:5} bare {1 / bare:8.1f}/s  fuzz {1 / ours:8.1f}/s  "
                   f"overhead {ours / bare:5.2f}x  rounds {1 / limit:8.1f}/s  fuzz/limit {limit / ours:5.2f}",
                   flush=True)
@@ -136,13 +138,14 @@ def part_b(limit: int) -> list[dict]:
     return rows
 
 
-def part_c(workers: list[int], examples: int, device: str) -> list[dict]:
+def part_c(workers: list[int], examples: int, device: str, rows: list[dict],
+           save: Callable[[], None]) -> list[dict]:
     """``fuzz run --workers N`` on the same work for each N. Two rates: wall
     (start-up included) and steady (examples over the busiest worker's fuzzing
     seconds, from the report's placement), so a short run's fixed start-up
     does not hide how the fuzzing itself scales."""
     targets = ["fla-chunk-offsets", "fla-chunk-indices", "glm4v-embeddings", "glm4v-pos-embeds"]
-    rows, base, base_steady = [], None, None
+    base, base_steady = None, None
     for count in workers:
         with tempfile.TemporaryDirectory() as corpus:
             command = [sys.executable, "-m", "fuzz", "run", "--device", device, "--seed", "0", "--quiet",
@@ -168,6 +171,7 @@ def part_c(workers: list[int], examples: int, device: str) -> list[dict]:
                      "steady_efficiency": steady / base_steady / count})
         print(f"workers {count:3}  {done} examples in {elapsed:6.1f}s  {rate:8.1f}/s  efficiency {rate / base / count:5.2f}"
               f"  | steady {steady:8.1f}/s  efficiency {steady / base_steady / count:5.2f}", flush=True)
+        save()
     return rows
 
 
@@ -184,18 +188,24 @@ def main() -> None:
     devices = args.device or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     result: dict = {"host": os.uname().nodename, "torch": torch.__version__, "cpus": os.cpu_count(),
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+    def save() -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2))
+
     if "a" in args.parts or "d" in args.parts:
         print("== a/d: per-example cost, fuzzer vs bare @given, and vs rounds without Hypothesis")
-        result["a_d"] = part_a_d(lookup(args.target), devices, args.examples)
+        part_a_d(lookup(args.target), devices, args.examples, result.setdefault("a_d", []), save)
     if "b" in args.parts:
         print("== b: examples to detection of the planted bugs (5 seeds, CPU)")
         result["b"] = part_b(200)
+        save()
     if "c" in args.parts:
         for device in devices:
             print(f"== c: --workers scaling on {device}")
-            result[f"c_{device}"] = part_c([int(w) for w in args.workers.split(",")], args.examples, device)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+            part_c([int(w) for w in args.workers.split(",")], args.examples, device,
+                   result.setdefault(f"c_{device}", []), save)
+    save()
 
 
 if __name__ == "__main__":
