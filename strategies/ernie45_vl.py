@@ -227,7 +227,9 @@ def graph_buffers_reference(metadata: dict[str, Any], *, max_batch_size: int | N
     max_seqlen = metadata["max_seqlen"]
     if max_seqlen_override is not None:
         max_seqlen = torch.tensor(max_seqlen_override, dtype=torch.int32)
-    return {"rotary_pos_emb": metadata["rotary_pos_emb"], "cu_seqlens": cu_seqlens.to(device),
+    # non_blocking: this small copy is harness work and must not add a sync to
+    # the legacy side's count (from pageable memory it stages without waiting).
+    return {"rotary_pos_emb": metadata["rotary_pos_emb"], "cu_seqlens": cu_seqlens.to(device, non_blocking=True),
             "max_seqlen": max_seqlen}
 
 
