@@ -274,6 +274,10 @@ def _write_outputs(report: dict, outputs: dict[str, Path]) -> None:
         print(f"junit: {outputs['junit']}")
 
 
+def _to_kill(examples: dict | None) -> str:
+    return "-" if examples is None else f"{examples['median']:g}/{examples['max']}"
+
+
 def cmd_selftest(args: argparse.Namespace) -> int:
     from fuzz.devices import resolve_devices
     from fuzz.report import write_json
@@ -286,12 +290,14 @@ def cmd_selftest(args: argparse.Namespace) -> int:
                          contract=args.contract)
     equivalents = load_equivalents()
     results = []
-    print(f"{'target':34} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9}")
+    print(f"{'target':34} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9} "
+          f"{'examples to kill (median/max)':>29}")
     for target in targets:
         result = selftest_target(target, options, equivalents, args.limit)
         results.append(result)
         print(f"{target.name:34} {result['mutants']:7} {result['killed']:6} {len(result['equivalent']):6} "
-              f"{len(result['survived']):8} {result['kill_rate']:9.1%}", flush=True)
+              f"{len(result['survived']):8} {result['kill_rate']:9.1%} {_to_kill(result['examples_to_kill']):>29}",
+              flush=True)
         for survivor in result["survived"]:
             print(f"    survived {survivor['mutant']}: {survivor['code']}")
     if args.json:

@@ -18,6 +18,7 @@ import importlib
 import inspect
 import json
 import signal
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,18 +171,32 @@ def _with_alarm(seconds: int, run: Callable[[], bool]) -> bool:
         signal.signal(signal.SIGALRM, previous)
 
 
-def run_mutant(target: Target, mutant: Mutant, source: str, number: int, options: RunOptions) -> bool:
-    """True when the fuzzer kills the mutant."""
+KILLED_UNCOUNTED = 0  # killed by a timeout or a harness break: no example count to report
+
+
+def run_mutant(target: Target, mutant: Mutant, source: str, number: int, options: RunOptions) -> int | None:
+    """How many examples the fuzzer ran until it first reported the mutant
+    (``KILLED_UNCOUNTED`` when it died some other way), or None if it survived."""
     name = f"fuzz._selftest_mutant_{target.name.replace('-', '_')}_{number}"
     _register(name, source)
     _, _, qualname = target.optimized.partition(":")
     mutant_target = dataclasses.replace(target, name=f"{target.name}~{number}", optimized=f"{name}:{qualname}")
+    found: list[int | None] = [None]
+
+    def fuzz_it() -> bool:
+        outcome = fuzz_target(mutant_target, options, None)
+        if outcome.failures:
+            found[0] = outcome.first_failure_at or KILLED_UNCOUNTED
+        return bool(outcome.failures)
+
     try:
-        return _with_alarm(60, lambda: bool(fuzz_target(mutant_target, options, None).failures))
+        if _with_alarm(60, fuzz_it) and found[0] is None:
+            found[0] = KILLED_UNCOUNTED  # the alarm rang: a hang counts as killed
     except Exception:  # noqa: BLE001 -- a mutant that breaks the harness is detected, not survived
-        return True
+        found[0] = KILLED_UNCOUNTED
     finally:
         sys.modules.pop(name, None)
+    return found[0]
 
 
 def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[dict]:
@@ -204,13 +219,16 @@ def _is_equivalent(target: Target, mutant: Mutant, equivalents: list[dict], devi
 
 def selftest_target(target: Target, options: RunOptions, equivalents: list[dict],
                     limit: int | None = None) -> dict:
-    killed, survived, equivalent = [], [], []
+    killed, survived, equivalent, to_kill = [], [], [], []
     for number, (mutant, source) in enumerate(mutants_of(target)):
         if limit is not None and number >= limit:
             break
         reason = _is_equivalent(target, mutant, equivalents, options.devices, options.contract)
-        if run_mutant(target, mutant, source, number, options):
+        examples = run_mutant(target, mutant, source, number, options)
+        if examples is not None:
             killed.append(mutant)
+            if examples != KILLED_UNCOUNTED:
+                to_kill.append(examples)
         elif reason:
             equivalent.append((mutant, reason))
         else:
@@ -223,4 +241,7 @@ def selftest_target(target: Target, options: RunOptions, equivalents: list[dict]
         "equivalent": [{"mutant": m.key, "code": m.code, "reason": r} for m, r in equivalent],
         "survived": [{"mutant": m.key, "code": m.code} for m in survived],
         "kill_rate": round(len(killed) / scored, 4) if scored else 1.0,
+        # Examples run until each killed mutant was first reported (the #8 target:
+        # every one within 200, median at most 20).
+        "examples_to_kill": {"median": statistics.median(to_kill), "max": max(to_kill)} if to_kill else None,
     }

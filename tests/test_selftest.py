@@ -24,6 +24,8 @@ def test_kill_rate_does_not_fall(name):
     result = selftest_target(target, RunOptions(devices=("cpu",), seed=0, max_examples=100), load_equivalents())
     assert result["kill_rate"] >= FLOOR[name], result["survived"]
     assert result["mutants"] >= 4
+    # Issue #8's bar for power: killed fast, not just killed eventually.
+    assert result["examples_to_kill"]["median"] <= 20, result["examples_to_kill"]
 
 
 def _mutations(source: str) -> list[str]:
