@@ -191,6 +191,22 @@ def _validate_run(args: argparse.Namespace) -> None:
         raise UsageError("--workers runs items in pytest-xdist workers; drop --in-process or use --workers 1")
 
 
+# Below this share an item cannot be expected to run an example: a worker's
+# start-up (torch import, CUDA context) and Hypothesis' set-up come first.
+MIN_SECONDS_PER_ITEM = 0.5
+
+
+def _check_budget(budget: float | None, items: int, workers: int) -> None:
+    if budget is None or not items:
+        return
+    share = budget * workers / items
+    if share < MIN_SECONDS_PER_ITEM:
+        needed = MIN_SECONDS_PER_ITEM * items / workers
+        raise UsageError(f"--budget {budget:g} s gives each of the {items} items {share:.2f} s with {workers} "
+                         f"worker(s), too little to run an example; use --budget {needed:g} or more, or fewer "
+                         "--target/--pieces")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fuzz.devices import resolve_devices
     from fuzz.isolation import Isolation
@@ -217,11 +233,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         corpus=corpus, stress=args.stress, upstream=args.upstream, target_module=module_of,
         progress=None if args.quiet else progress_printer(),
     )
-    if "cuda" not in devices:
-        print("[fuzz] sync counting skipped: no CUDA device in this run (syncs are a GPU-only oracle)", file=sys.stderr)
     isolation = None if args.in_process else Isolation(example_timeout=args.example_timeout,
                                                        max_restarts=args.max_restarts, workdir=corpus / "journal")
     items = plan(targets, seed=seed, pieces=args.pieces, max_examples=args.max_examples, shard=shard)
+    _check_budget(args.budget, len(items), args.workers)
+    if "cuda" not in devices:
+        print("[fuzz] sync counting skipped: no CUDA device in this run (syncs are a GPU-only oracle)", file=sys.stderr)
     if args.workers > 1:
         from fuzz.workers import run_with_xdist
 
