@@ -104,7 +104,8 @@ def rounds(target: Target, specs: list[dict], device: str) -> float:
 
 
 def part_a_d(targets: list[Target], devices: list[str], examples: int, rows: list[dict],
-             save: Callable[[], None]) -> list[dict]:
+             save: Callable[[], None]) -> None:
+    """Fills ``rows`` as it measures (``save`` after each), so a run cut short keeps its data."""
     for device in devices:
         for target in targets:
             # Warm both up first: a process's first examples pay lazy CUDA
@@ -121,7 +122,6 @@ def part_a_d(targets: list[Target], devices: list[str], examples: int, rows: lis
             print(f"{target.name:32} {device:5} bare {1 / bare:8.1f}/s  fuzz {1 / ours:8.1f}/s  "
                   f"overhead {ours / bare:5.2f}x  rounds {1 / limit:8.1f}/s  fuzz/limit {limit / ours:5.2f}",
                   flush=True)
-    return rows
 
 
 def part_b(limit: int) -> list[dict]:
@@ -139,7 +139,7 @@ def part_b(limit: int) -> list[dict]:
 
 
 def part_c(workers: list[int], examples: int, device: str, rows: list[dict],
-           save: Callable[[], None]) -> list[dict]:
+           save: Callable[[], None]) -> None:
     """``fuzz run --workers N`` on the same work for each N. Two rates: wall
     (start-up included) and steady (examples over the busiest worker's fuzzing
     seconds, from the report's placement), so a short run's fixed start-up
@@ -172,7 +172,6 @@ def part_c(workers: list[int], examples: int, device: str, rows: list[dict],
         print(f"workers {count:3}  {done} examples in {elapsed:6.1f}s  {rate:8.1f}/s  efficiency {rate / base / count:5.2f}"
               f"  | steady {steady:8.1f}/s  efficiency {steady / base_steady / count:5.2f}", flush=True)
         save()
-    return rows
 
 
 def main() -> None:

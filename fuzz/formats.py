@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from xml.etree import ElementTree as ET
 
-from fuzz.report import sync_column, worst
+from fuzz.report import sync_column, untested, worst
 
 
 def _failure_label(failure: dict) -> str:
@@ -34,7 +34,7 @@ def markdown(report: dict) -> str:
             failures = [f for f in entry["failures"] if f["device"] == device]
             new = [f for f in failures if not f.get("known")]
             verdict = "fuzzer-error" if entry["fuzzer_error"] else worst(f["verdict"] for f in failures)
-            if verdict == "agree" and not tally["examples"]:
+            if untested(entry, device):
                 verdict = "untested (no example within its budget share)"
             lines.append(f"| {entry['name']} | {device} | {tally['examples']} | {verdict} | "
                          f"{sync_column(tally).replace('->', '→')} | {len(new)} | {len(failures) - len(new)} |")
@@ -69,7 +69,7 @@ def junit_xml(report: dict) -> str:
                 failures += 1
                 ET.SubElement(case, "error", message="fuzzer bug").text = entry["fuzzer_error"]
                 continue
-            if devices[device] is not None and not devices[device]["examples"] and not entry["failures"]:
+            if devices[device] is not None and untested(entry, device):
                 skipped += 1  # nothing ran: CI must not count it as a pass
                 ET.SubElement(case, "skipped", message="no example ran within its share of the budget")
                 continue

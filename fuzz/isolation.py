@@ -251,7 +251,6 @@ class WorkerProcess:
         self.answers: queue.Queue = queue.Queue()
         threading.Thread(target=_pump, args=(self.process.stderr, self.tail), daemon=True).start()
         threading.Thread(target=self._read_answers, daemon=True).start()
-        self.jobs = 0
 
     def _read_answers(self) -> None:
         for line in iter(self.process.stdout.readline, ""):
@@ -263,7 +262,6 @@ class WorkerProcess:
         return self.process.poll() is None
 
     def submit(self, args_path: Path) -> None:
-        self.jobs += 1
         self.process.stdin.write(f"{args_path}\n")
         self.process.stdin.flush()
 

@@ -107,6 +107,12 @@ def progress_printer(stream: TextIO = sys.stderr):
     return show
 
 
+def untested(entry: dict, device: str) -> bool:
+    """No example ran on this device (its budget share ran out first): the
+    reports say "untested", since "agree" would claim what no run showed."""
+    return not entry["by_device"][device]["examples"] and not any(f["device"] == device for f in entry["failures"])
+
+
 def summary_table(entries: list[dict]) -> str:
     header = ("target", "device", "examples", "agree", "both-raised", "verdict", "syncs legacy->optimized")
     rows = [header]
@@ -120,8 +126,8 @@ def summary_table(entries: list[dict]) -> str:
                 verdict = "fuzzer-error"
             elif entry["flaky"] and verdict != "agree":
                 verdict += " (flaky)"
-            elif verdict == "agree" and not tally["examples"]:
-                verdict = "untested"  # "agree" with zero examples would claim what no run showed
+            elif untested(entry, device):
+                verdict = "untested"
             rows.append((entry["name"], device, str(tally["examples"]), str(tally["verdicts"].get("agree", 0)),
                          str(tally["both_raised"]), verdict, sync_column(tally)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -137,8 +143,8 @@ def failure_lines(entries: list[dict]) -> list[str]:
             lines.append(f"upstream: {entry['name']}: {entry['upstream_check']}")
         if entry["fuzzer_error"]:
             lines.append(f"FUZZER BUG in {entry['name']}: {entry['fuzzer_error']}")
-        for device, tally in entry["by_device"].items():
-            if not tally["examples"] and not entry["failures"]:
+        for device in entry["by_device"]:
+            if untested(entry, device):
                 lines.append(f"UNTESTED: {entry['name']} on {device} ran no example before its share of "
                              "--budget ran out; give the run a larger --budget or fewer --target")
         for failure in entry["failures"]:

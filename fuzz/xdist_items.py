@@ -19,11 +19,15 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:  # imported lazily below: collecting this module must stay cheap
+    from fuzz.isolation import Isolation
+
 RUN_FILE_ENV = "SYNCFUZZ_RUN_FILE"
-_ISOLATIONS: dict = {}  # xdist worker index -> its Isolation (and fuzz process)
+_ISOLATIONS: dict[int, "Isolation"] = {}  # xdist worker index -> its Isolation (and fuzz process)
 
 
 def _run() -> dict | None:

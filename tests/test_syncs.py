@@ -34,7 +34,7 @@ def test_non_blocking_flag_is_read_from_keywords_and_positions():
     assert not _non_blocking((t, "cuda"), {"non_blocking": False, "copy": True})
 
 
-def test_the_detector_sees_python_level_copies_only_when_armed_and_leaves_results_alone():
+def test_host_to_host_copies_are_not_counted_and_results_are_untouched():
     from fuzz.syncs import SyncTally, _PageableAsyncCopies
 
     tally = SyncTally()
