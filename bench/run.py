@@ -91,21 +91,35 @@ def engine(target: Target, device: str, examples: int, seed: int) -> tuple[float
     return elapsed / max(outcome.examples, 1), specs
 
 
-def rounds(target: Target, specs: list[dict], device: str) -> float:
-    """Seconds per legacy+optimized+compare round on pre-drawn specs (no Hypothesis)."""
-    for spec in specs[:5]:
-        run_example(target, spec)  # warm-up: lazy CUDA/module init
-    _sync(device)
-    start = time.perf_counter()
-    for spec in specs:
-        run_example(target, spec)
-    _sync(device)
+def rounds(target: Target, specs: list[dict], device: str, oracle: bool = True) -> float:
+    """Seconds per legacy+optimized+compare round on pre-drawn specs (no
+    Hypothesis); ``oracle=False`` leaves the sync counting unarmed, so the
+    difference is what the sync oracle costs per example (CUDA only)."""
+    import fuzz.execute as execute
+
+    armed = execute.counting_syncs
+    if not oracle:
+        execute.counting_syncs = lambda enabled: armed(False)
+    try:
+        for spec in specs[:5]:
+            run_example(target, spec)  # warm-up: lazy CUDA/module init
+        _sync(device)
+        start = time.perf_counter()
+        for spec in specs:
+            run_example(target, spec)
+        _sync(device)
+    finally:
+        execute.counting_syncs = armed
     return (time.perf_counter() - start) / max(len(specs), 1)
 
 
-def part_a_d(targets: list[Target], devices: list[str], examples: int, rows: list[dict],
+def part_a_d(targets: list[Target], devices: list[str], examples: int, repeats: int, rows: list[dict],
              save: Callable[[], None]) -> None:
-    """Fills ``rows`` as it measures (``save`` after each), so a run cut short keeps its data."""
+    """Fills ``rows`` as it measures (``save`` after each), so a run cut short keeps its data.
+
+    Bare and fuzzer runs alternate ``repeats`` times and the overhead is the
+    median of the per-pair ratios: one pair of 100-example runs (~0.3 s each)
+    varied by +-40% on the H200 host, more than the effect measured."""
     for device in devices:
         for target in targets:
             # Warm both up first: a process's first examples pay lazy CUDA
@@ -113,15 +127,37 @@ def part_a_d(targets: list[Target], devices: list[str], examples: int, rows: lis
             # fuzzer look 12x slower on glm4v-embeddings, H200 2026-11-29).
             bare_given(target, device, 5, 99)
             engine(target, device, 5, 99)
-            bare = bare_given(target, device, examples, 1)
-            ours, specs = engine(target, device, examples, 1)
+            pairs = []
+            for repeat in range(repeats):
+                # Alternate which runs first, so neither always gets the warmer GPU clocks and caches.
+                if repeat % 2:
+                    ours, specs = engine(target, device, examples, 1 + repeat)
+                    bare = bare_given(target, device, examples, 1 + repeat)
+                else:
+                    bare = bare_given(target, device, examples, 1 + repeat)
+                    ours, specs = engine(target, device, examples, 1 + repeat)
+                pairs.append((bare, ours))
+            bare = statistics.median(b for b, _ in pairs)
+            ours = statistics.median(o for _, o in pairs)
+            overhead = statistics.median(o / b for b, o in pairs)
             limit = rounds(target, specs, device)
-            rows.append({"target": target.name, "device": device, "bare_s": bare, "fuzz_s": ours,
-                         "overhead": ours / bare, "round_s": limit, "fraction_of_limit": limit / ours})
+            row = {"target": target.name, "device": device, "bare_s": bare, "fuzz_s": ours,
+                   "overhead": overhead, "overheads": [o / b for b, o in pairs], "round_s": limit,
+                   "fraction_of_limit": limit / ours}
+            oracle = ""
+            if device == "cuda":  # the sync oracle is armed on CUDA only
+                row["round_unarmed_s"] = rounds(target, specs, device, oracle=False)
+                oracle = f"  oracle {(limit - row['round_unarmed_s']) * 1e3:5.2f} ms/example"
+            rows.append(row)
             save()  # a run stopped by a time limit keeps what it measured
             print(f"{target.name:32} {device:5} bare {1 / bare:8.1f}/s  fuzz {1 / ours:8.1f}/s  "
-                  f"overhead {ours / bare:5.2f}x  rounds {1 / limit:8.1f}/s  fuzz/limit {limit / ours:5.2f}",
-                  flush=True)
+                  f"overhead {overhead:5.2f}x (of {repeats}: {min(o / b for b, o in pairs):.2f}-"
+                  f"{max(o / b for b, o in pairs):.2f})  rounds {1 / limit:8.1f}/s  fuzz/limit {limit / ours:5.2f}"
+                  + oracle, flush=True)
+    overheads = [row["overhead"] for row in rows]
+    if overheads:
+        print(f"median overhead {statistics.median(overheads):.2f}x; over 1.10x: "
+              f"{sum(o > 1.10 for o in overheads)} of {len(overheads)}", flush=True)
 
 
 def part_b(limit: int) -> list[dict]:
@@ -179,6 +215,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--device", action="append", choices=("cpu", "cuda"))
     parser.add_argument("--target", action="append", default=[])
+    parser.add_argument("--repeats", type=int, default=3, help="alternating bare/fuzzer runs per target (part a)")
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts for part c")
     parser.add_argument("--parts", default="abcd")
     parser.add_argument("--json", metavar="FILE")
@@ -194,7 +231,7 @@ def main() -> None:
 
     if "a" in args.parts or "d" in args.parts:
         print("== a/d: per-example cost, fuzzer vs bare @given, and vs rounds without Hypothesis")
-        part_a_d(lookup(args.target), devices, args.examples, result.setdefault("a_d", []), save)
+        part_a_d(lookup(args.target), devices, args.examples, args.repeats, result.setdefault("a_d", []), save)
     if "b" in args.parts:
         print("== b: examples to detection of the planted bugs (5 seeds, CPU)")
         result["b"] = part_b(200)

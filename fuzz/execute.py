@@ -83,9 +83,9 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     except Exception as exc:  # a strategy bug, not a verdict
         raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
     on_cuda = spec["device"].startswith("cuda")
-    if on_cuda:
-        # Start from an idle device so the tally only sees this call's syncs.
-        torch.cuda.synchronize()
+    # No synchronize before the call: both detectors count synchronizing
+    # *calls*, not waiting, so queued work from building the inputs cannot
+    # inflate the tally (the one after the call is for late CUDA errors).
     result = SideResult()
     error: Exception | None = None
     # Under --stress the harness itself syncs (the side stream), so the sync

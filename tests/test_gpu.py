@@ -30,11 +30,34 @@ def test_planted_sync_regression_is_reported_on_cuda(name):
     assert "syncs per call" in outcome.failures[0].mismatches[0].detail
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in planted.BUGS))
-def test_planted_bug_is_reported_on_cuda(name):
+@pytest.fixture(scope="module")
+def isolation(tmp_path_factory):
+    from fuzz.isolation import Isolation
+
+    isolation = Isolation(example_timeout=120, max_restarts=0, workdir=tmp_path_factory.mktemp("journal"),
+                          env={"SYNCFUZZ_TARGET_MODULES": "tests.planted"})
+    yield isolation
+    isolation.discard_worker()
+
+
+# A race: on CUDA only --stress makes it show (test_stress_mode_catches_the_reused_staging_buffer_on_cuda).
+_CUDA_RACES = {"planted-glm4-reused-staging-buffer"}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in planted.BUGS if p.name not in _CUDA_RACES))
+def test_planted_bug_is_reported_on_cuda(name, isolation):
+    """In a fuzz worker process, as `fuzz run` does: on CUDA several planted
+    bugs index out of bounds, a device-side assert that leaves the CUDA context
+    unusable (a crash verdict: found). In-process it failed every later CUDA
+    test of the same pytest worker (H200, 2026-11-29: 45 such failures)."""
+    from fuzz.isolation import fuzz_isolated
+    from fuzz.runner import RunOptions
+
     plant = {p.name: p for p in planted.BUGS}[name]
-    outcome = fuzz(plant.target(), devices=("cuda",), max_examples=200)
-    assert outcome.failures, f"{name} survived on cuda"
+    options = RunOptions(devices=("cuda",), seed=0, max_examples=200, target_module=lambda t: "tests.planted")
+    entry = fuzz_isolated(plant.target(), options, None, isolation)
+    assert entry["failures"], f"{name} survived on cuda"
+    assert not entry["fuzzer_error"], entry["fuzzer_error"]
 
 
 @pytest.mark.parametrize("name", sorted(t.name for t in TARGETS))
@@ -86,6 +109,14 @@ def test_only_a_large_pageable_non_blocking_copy_counts():
         torch.empty(2 * PAGEABLE_STAGED_BYTES, dtype=torch.uint8).to("cuda", non_blocking=True)
     assert (tally.total, tally.hidden) == (1, 1)
     assert tally.hidden_sites[0].startswith("tests/test_gpu.py:")
+    big = torch.empty(2 * PAGEABLE_STAGED_BYTES, dtype=torch.uint8)
+    on_gpu = torch.empty_like(big, device="cuda")
+    with counting_syncs(True) as tally:  # every spelling of the copy the fuzzed code uses
+        big.to(on_gpu.device, torch.uint8, True)
+        big.cuda(non_blocking=True)
+        on_gpu.copy_(big, non_blocking=True)
+        torch.Tensor.to(big, "cuda", non_blocking=True)
+    assert (tally.total, tally.hidden, len(tally.hidden_sites)) == (4, 4, 4)
     with counting_syncs(True) as tally:
         torch.arange(4).to("cuda", non_blocking=True)  # small: staged without waiting
         torch.empty(2 * PAGEABLE_STAGED_BYTES, dtype=torch.uint8).pin_memory().to("cuda", non_blocking=True)

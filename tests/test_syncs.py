@@ -43,3 +43,18 @@ def test_host_to_host_copies_are_not_counted_and_results_are_untouched():
         torch.empty(3).copy_(torch.ones(3), non_blocking=True)
     assert out.tolist() == [0.0, 1.0, 2.0]
     assert (tally.total, tally.hidden) == (0, 0)
+
+
+def test_the_copy_methods_are_restored_on_exit_even_when_the_call_raises():
+    from fuzz.syncs import SyncTally, _PageableAsyncCopies
+
+    before = {name: torch.Tensor.__dict__.get(name) for name in ("to", "cuda", "copy_")}
+    try:
+        with _PageableAsyncCopies(SyncTally()):
+            assert torch.Tensor.to is not before["to"]  # armed: wrapped
+            torch.arange(3).to(torch.float32, non_blocking=True)
+            raise RuntimeError("the call under test failed")
+    except RuntimeError:
+        pass
+    assert {name: torch.Tensor.__dict__.get(name) for name in ("to", "cuda", "copy_")} == before
+    assert torch.arange(2).to(torch.float64).dtype == torch.float64
