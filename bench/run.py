@@ -4,7 +4,8 @@ a. harness overhead: seconds per example of the fuzzer (in-process engine)
    against a bare Hypothesis ``@given`` differential test of the same pair and
    strategy, per target and device;
 b. examples-to-detection of the planted bugs (median and max);
-c. scaling of ``--workers`` 1 -> N (efficiency = speedup / N);
+c. scaling of ``--workers`` 1 -> N (efficiency = speedup / N), on a fixed
+   number of examples or, with ``--budget``, for a fixed time (the nightly shape);
 d. the launch-bound limit: one legacy+optimized+compare round per target
    without Hypothesis, on pre-drawn specs, and the fuzzer's examples/s as a
    fraction of it.
@@ -174,25 +175,48 @@ def part_b(limit: int) -> list[dict]:
     return rows
 
 
-def part_c(workers: list[int], examples: int, device: str, rows: list[dict],
-           save: Callable[[], None]) -> None:
-    """``fuzz run --workers N`` on the same work for each N. Two rates: wall
-    (start-up included) and steady (examples over the busiest worker's fuzzing
-    seconds, from the report's placement), so a short run's fixed start-up
-    does not hide how the fuzzing itself scales."""
-    targets = ["fla-chunk-offsets", "fla-chunk-indices", "glm4v-embeddings", "glm4v-pos-embeds"]
+def _pinned(count: int) -> Callable[[], None] | None:
+    """Pin a child to ``count`` of this host's cores (when it has that many), so
+    N workers get N cores and one worker one: efficiency per core, not per host."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cores) < count:
+        return None
+    return lambda: os.sched_setaffinity(0, cores[:count])
+
+
+def part_c(workers: list[int], examples: int, budget: float | None, device: str, names: list[str],
+           rows: list[dict], save: Callable[[], None]) -> None:
+    """``fuzz run --workers N`` on the same work for each N, each pinned to N cores.
+
+    With ``budget``: the targets (``names``; all if none) for that many seconds;
+    efficiency = examples / N / the one-worker run's examples. Without: a fixed
+    number of examples of the targets (four cheap ones if none named); two rates, wall (start-up included) and
+    steady (examples over the busiest worker's fuzzing seconds, from the
+    report's placement). Fixed work of a few seconds per worker is dominated by
+    start-up and the slowest item (H200 host, 16 workers: steady 0.60, while a
+    60 s budget gave 1.03), so prefer a budget for more than a few workers."""
+    four = ["fla-chunk-offsets", "fla-chunk-indices", "glm4v-embeddings", "glm4v-pos-embeds"]
     base, base_steady = None, None
     for count in workers:
         with tempfile.TemporaryDirectory() as corpus:
             command = [sys.executable, "-m", "fuzz", "run", "--device", device, "--seed", "0", "--quiet",
-                       "--max-examples", str(examples), "--pieces", str(max(workers)), "--workers", str(count),
-                       "--corpus", corpus, "--confirm", "0", "--report", f"{corpus}/r.json"]
-            for name in targets:
+                       "--workers", str(count), "--corpus", corpus, "--confirm", "0", "--report", f"{corpus}/r.json"]
+            if budget is None:
+                command += ["--max-examples", str(examples), "--pieces", str(max(workers))]
+            else:
+                command += ["--budget", str(budget), "--pieces", "2"]
+            for name in names or (four if budget is None else []):
                 command += ["--target", name]
             # Every count runs isolated fuzz processes, so the comparison is like for like.
             start = time.perf_counter()
-            subprocess.run(command, cwd=ROOT, check=False, capture_output=True)
+            done_run = subprocess.run(command, cwd=ROOT, check=False, capture_output=True, text=True,
+                                      preexec_fn=_pinned(count))
             elapsed = time.perf_counter() - start
+            if not Path(f"{corpus}/r.json").exists():  # e.g. a budget too short for the items: fuzz said why
+                lines = (done_run.stderr or done_run.stdout).strip().splitlines()
+                sys.stderr.write(f"bench: part c, {count} workers: fuzz run wrote no report "
+                                 f"(exit {done_run.returncode}): {lines[-1] if lines else 'no output'}\n")
+                raise SystemExit(2)
             report = json.loads(Path(f"{corpus}/r.json").read_text())
         done = sum(t["examples"] for t in report["targets"])
         busy: dict[str, float] = {}
@@ -200,14 +224,25 @@ def part_c(workers: list[int], examples: int, device: str, rows: list[dict],
             for place in entry.get("placement", []):
                 busy[place["worker"]] = busy.get(place["worker"], 0.0) + place["seconds"]
         busiest = max(busy.values()) if busy else sum(t["seconds"] for t in report["targets"])
-        rate, steady = done / elapsed, done / busiest
+        rate = done / (budget or elapsed)
+        steady = done / busiest
         base, base_steady = base or rate, base_steady or steady
-        rows.append({"workers": count, "examples": done, "seconds": elapsed, "examples_per_s": rate,
-                     "efficiency": rate / base / count, "busiest_worker_s": busiest, "steady_per_s": steady,
-                     "steady_efficiency": steady / base_steady / count})
+        rows.append({"workers": count, "examples": done, "seconds": elapsed, "budget": budget,
+                     "examples_per_s": rate, "efficiency": rate / base / count, "busiest_worker_s": busiest,
+                     "steady_per_s": steady, "steady_efficiency": steady / base_steady / count})
         print(f"workers {count:3}  {done} examples in {elapsed:6.1f}s  {rate:8.1f}/s  efficiency {rate / base / count:5.2f}"
               f"  | steady {steady:8.1f}/s  efficiency {steady / base_steady / count:5.2f}", flush=True)
         save()
+
+
+def _worker_counts(text: str) -> list[int]:
+    try:
+        counts = [int(w) for w in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give worker counts like 1,4,16")
+    return counts
 
 
 def main() -> None:
@@ -216,7 +251,9 @@ def main() -> None:
     parser.add_argument("--device", action="append", choices=("cpu", "cuda"))
     parser.add_argument("--target", action="append", default=[])
     parser.add_argument("--repeats", type=int, default=3, help="alternating bare/fuzzer runs per target (part a)")
-    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts for part c")
+    parser.add_argument("--workers", default="1,2", type=_worker_counts, help="comma-separated worker counts for part c")
+    parser.add_argument("--budget", type=float, help="part c: fuzz every target this many seconds per worker count "
+                        "(the nightly shape) instead of a fixed number of examples")
     parser.add_argument("--parts", default="abcd")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
@@ -239,7 +276,7 @@ def main() -> None:
     if "c" in args.parts:
         for device in devices:
             print(f"== c: --workers scaling on {device}")
-            part_c([int(w) for w in args.workers.split(",")], args.examples, device,
+            part_c(args.workers, args.examples, args.budget, device, args.target,
                    result.setdefault(f"c_{device}", []), save)
     save()
 
