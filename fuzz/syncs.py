@@ -30,10 +30,10 @@ call, so nothing is armed there (the run says so once).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
-import functools
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
