@@ -54,6 +54,8 @@ def run_with_xdist(items: list[Item], options: RunOptions, isolation: Isolation 
     # pytest-benchmark's, ...) in the controller and in each worker cost
     # 1.5 of 2.0 s of a 2-worker start on the CI host, paid again per worker.
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    for callers_own in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):  # a caller's pytest set-up is not this one's
+        env.pop(callers_own, None)
     command = [sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-n", str(workers), "--dist", "load", "-q",
                "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(workdir), "--pyargs", "fuzz.xdist_items"]
     done = subprocess.run(command, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

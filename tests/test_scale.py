@@ -24,8 +24,11 @@ def _totals(report):
 
 
 def test_workers_distribute_items_over_xdist(tmp_path):
+    # The caller's own pytest options (a CI job's PYTEST_ADDOPTS, say --cov) are
+    # not the internal pytest's: it loads no plugin that would understand them.
     result = cli("run", "--device", "cpu", "--seed", "1", "--max-examples", "20", "--workers", "2", "--pieces", "2",
-                 *TWO, "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"), "--quiet")
+                 *TWO, "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"), "--quiet",
+                 extra_env={"PYTEST_ADDOPTS": "--cov=fuzz", "PYTEST_PLUGINS": "no_such_plugin_module"})
     assert result.returncode == 0, result.stdout + result.stderr
     report = _report(tmp_path / "r.json")
     workers = {p["worker"] for t in report["targets"] for p in t["placement"]}
