@@ -235,6 +235,12 @@ def part_c(workers: list[int], examples: int, budget: float | None, device: str,
         save()
 
 
+def _at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 1 or more")
+    return int(text)
+
+
 def _worker_counts(text: str) -> list[int]:
     try:
         counts = [int(w) for w in text.split(",")]
@@ -247,10 +253,10 @@ def _worker_counts(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("--examples", type=_at_least_one, default=200)
     parser.add_argument("--device", action="append", choices=("cpu", "cuda"))
     parser.add_argument("--target", action="append", default=[])
-    parser.add_argument("--repeats", type=int, default=3, help="alternating bare/fuzzer runs per target (part a)")
+    parser.add_argument("--repeats", type=_at_least_one, default=3, help="alternating bare/fuzzer runs per target (part a)")
     parser.add_argument("--workers", default="1,2", type=_worker_counts, help="comma-separated worker counts for part c")
     parser.add_argument("--budget", type=float, help="part c: fuzz every target this many seconds per worker count "
                         "(the nightly shape) instead of a fixed number of examples")

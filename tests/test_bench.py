@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import ROOT
 
 
@@ -40,7 +42,9 @@ def test_bench_says_why_when_a_scaling_run_cannot_start(tmp_path):
     assert "--budget 0.2" in line and "use --budget 1 or more" in line
 
 
-def test_bench_rejects_malformed_worker_counts():
-    done = subprocess.run([sys.executable, "-m", "bench.run", "--parts", "c", "--workers", "1,x"],
+@pytest.mark.parametrize("bad, says", [(["--workers", "1,x"], "give worker counts like 1,4,16"),
+                                       (["--repeats", "0"], "1 or more"), (["--examples", "-5"], "1 or more")])
+def test_bench_rejects_malformed_counts(bad, says):
+    done = subprocess.run([sys.executable, "-m", "bench.run", "--parts", "c", *bad],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and "give worker counts like 1,4,16" in done.stderr
+    assert done.returncode == 2 and says in done.stderr
