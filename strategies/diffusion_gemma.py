@@ -51,7 +51,7 @@ from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
 from fuzz.targets import Impl
-from strategies.common import INT_DTYPES, devices, float_dtypes, int_dtypes, seeded_floats
+from strategies.common import devices, float_dtypes, in_form, int_dtypes, seeded_floats
 
 # The state tensors DiffusionGemmaRequestStates allocates, in __init__ order.
 STATE_TENSORS = (
@@ -238,15 +238,10 @@ def slot_in_form(slot: int, form: str, device: str) -> Any:
 
 
 def index_in_form(slots: list[int], form: str, dtype: str, device: str) -> Any:
-    """A 1-D slot index array for ``init_canvas`` in the requested form."""
-    if form == "numpy":
-        return np.asarray(slots, dtype=dtype)
-    tensor = torch.tensor(slots, dtype=INT_DTYPES[dtype])
-    if form == "cpu_tensor":
-        return tensor
-    if form == "device_tensor":
-        return tensor.to(device)
-    raise HarnessError(f"unknown index form {form!r}; expected one of {list(INDEX_FORMS)}")
+    """A 1-D slot index array for ``init_canvas`` in the requested form (never a list)."""
+    if form not in INDEX_FORMS:
+        raise HarnessError(f"unknown index form {form!r}; expected one of {list(INDEX_FORMS)}")
+    return in_form(slots, form, dtype, device)
 
 
 def _bind(op: dict, step: int, spec: dict, states: Any, model: Any, add: Callable[..., None]) -> Callable[[], Any]:
