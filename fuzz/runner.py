@@ -237,8 +237,9 @@ def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> 
 
         from fuzz.upstream import unavailable
 
-        outcome.upstream = unavailable(target) or "compared with the real vllm function"
-        if outcome.upstream != "compared with the real vllm function":
+        why_not = unavailable(target)
+        outcome.upstream = why_not or "compared with the real vllm function"
+        if why_not:
             target = replace(target, upstream_impl=None)
     if not outcome.devices:
         outcome.skipped = f"runs on {', '.join(target.devices)}; this run has {', '.join(options.devices)}"
