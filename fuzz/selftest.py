@@ -25,8 +25,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterator
 
+from fuzz.config import RunConfig
 from fuzz.errors import HarnessError
-from fuzz.runner import RunOptions, fuzz_target
+from fuzz.runner import fuzz_target
 from fuzz.targets import Target
 
 EQUIVALENT_FILE = Path(__file__).resolve().parents[1] / "docs" / "selftest-equivalent.json"
@@ -157,7 +158,7 @@ class _Timeout(Exception):
 
 def _with_alarm(seconds: int, run: Callable[[], bool]) -> bool:
     """A mutant that loops forever counts as killed (the watchdog would catch it)."""
-    def ring(signum, frame):  # noqa: ANN001
+    def ring(signum: int, frame: object) -> None:
         raise _Timeout
 
     previous = signal.signal(signal.SIGALRM, ring)
@@ -174,7 +175,7 @@ def _with_alarm(seconds: int, run: Callable[[], bool]) -> bool:
 KILLED_UNCOUNTED = 0  # killed by a timeout or a harness break: no example count to report
 
 
-def run_mutant(target: Target, mutant: Mutant, source: str, number: int, options: RunOptions) -> int | None:
+def run_mutant(target: Target, mutant: Mutant, source: str, number: int, options: RunConfig) -> int | None:
     """How many examples the fuzzer ran until it first reported the mutant
     (``KILLED_UNCOUNTED`` when it died some other way), or None if it survived."""
     name = f"fuzz._selftest_mutant_{target.name.replace('-', '_')}_{number}"
@@ -217,7 +218,7 @@ def _is_equivalent(target: Target, mutant: Mutant, equivalents: list[dict], devi
     return None
 
 
-def selftest_target(target: Target, options: RunOptions, equivalents: list[dict],
+def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
                     limit: int | None = None) -> dict:
     killed, survived, equivalent, to_kill = [], [], [], []
     for number, (mutant, source) in enumerate(mutants_of(target)):

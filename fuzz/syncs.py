@@ -6,7 +6,8 @@ Two detectors, armed only around the call and only on CUDA:
   synchronizing CUDA operation (``.item()``, ``.tolist()``, D2H copies,
   *blocking* H2D copies, ``nonzero`` ...) emit a UserWarning, caught here with a
   ``showwarning`` hook and classified by whether it happened inside
-  ``gpu_sync_allowed()`` (a deliberate upstream sync).
+  ``gpu_sync_allowed()`` (a deliberate upstream sync; the copies' one allow-region
+  ContextVar lives in ``optimized/gpu_sync_debug.py``).
 * one for what torch's detector is blind to: a ``non_blocking=True`` H2D copy
   whose source is *pageable* (not pinned) host memory and too large for the
   driver to stage at once -- the review summary's risk 4 ("non_blocking only
@@ -40,7 +41,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from fuzz.upstream_shims import sync_allowed_depth
+from optimized.gpu_sync_debug import sync_allowed_depth
 
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 # Largest pageable non_blocking H2D copy seen to return without waiting for
@@ -143,7 +144,7 @@ def counting_syncs(enabled: bool) -> Iterator[SyncTally | None]:
         return
     tally = SyncTally()
 
-    def hook(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+    def hook(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
         if _TORCH_SYNC_WARNING in str(message):
             tally.total += 1
             if sync_allowed_depth.get():

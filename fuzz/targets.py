@@ -4,15 +4,19 @@ A target is one frozen, declarative record: which upstream functions it covers,
 the dotted paths of its legacy and optimized callables, the input model that
 draws and builds its inputs, how outputs are compared and how many GPU<->CPU
 syncs the optimized side may make per call. Records live in
-``fuzz/catalog.py``; more can be added without touching the engine by naming a
+the package ``fuzz/catalog/``; more can be added without touching the engine by naming a
 module that defines ``TARGETS`` in ``SYNCFUZZ_TARGET_MODULES`` (comma separated).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from hypothesis.strategies import SearchStrategy
@@ -24,15 +28,22 @@ CONTRACTS = ("caller", "wide")
 callers pass; ``wide`` draws every form the legacy function accepted."""
 
 TARGET_MODULES_ENV = "SYNCFUZZ_TARGET_MODULES"
+SIDES = ("legacy", "optimized", "upstream")
+"""The sides an input model materializes for: the two copies and, under
+``fuzz run --upstream``, the real vllm function."""
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
 class Impl:
-    """A resolved side: the function to call and, for a method, its class."""
+    """A resolved side: the function to call, for a method its class, and the
+    module that holds them (a copy, a planted or self-test mutant of one, or
+    vllm's own module) -- where an input model finds the side's other classes."""
 
     path: str
     function: Callable[..., Any]
     owner: type | None
+    module: ModuleType
 
 
 class InputModel(Protocol):
@@ -41,8 +52,9 @@ class InputModel(Protocol):
     def specs(self, devices: Sequence[str], contract: str) -> SearchStrategy[dict]:
         """Specs: plain JSON data including ``"device"``; never tensors."""
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
-        """Fresh inputs for one side; the thunk runs the upstream call only."""
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        """Fresh inputs for one side (``side`` in ``SIDES``; ``impl.module``
+        holds the side's classes); the thunk runs the upstream call only."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,7 @@ class Comparison:
     """How outputs of the two sides are compared.
 
     ``floats``: ``"close"`` uses torch.testing.assert_close with its default
-    per-dtype tolerances (docs/comparison.md), ``"exact"`` demands bitwise
+    per-dtype tolerances (docs/verdicts.md#values), ``"exact"`` demands bitwise
     equality. Integer and bool tensors are always compared bitwise.
     """
 
@@ -96,8 +108,15 @@ class Target:
             raise HarnessError(f"{self.name} has no {side} implementation")
         return resolve_impl(path)
 
+    def files(self) -> dict[str, str | None]:
+        """The files of the legacy copy, the optimized copy and the input model,
+        repo-relative (``legacy/glm4_1v.py``); found without importing them
+        (None where a path names no file, e.g. a mutant built in memory)."""
+        return {"legacy": module_file(self.legacy), "optimized": module_file(self.optimized),
+                "inputs": module_file(self.inputs)}
+
     def as_json(self) -> dict[str, Any]:
-        """The record in the `list --json` interface (DESIGN.md)."""
+        """The record in the `list --json` interface (docs/design.md)."""
         return {
             "name": self.name,
             "upstream": list(self.upstream),
@@ -110,6 +129,7 @@ class Target:
             "description": self.description,
             "sync_budget": self.sync_budget,
             "upstream_impl": self.upstream_impl,
+            "files": self.files(),
         }
 
 
@@ -128,12 +148,46 @@ def resolve_object(path: str) -> Any:
 
 
 def resolve_impl(path: str) -> Impl:
-    function = resolve_object(path)
+    """The callable ``path`` names, its class (for a method) and its module.
+
+    The module is the last module on the path: ``tests.planted:_mutant.Cls.fn``
+    (a mutant module reached as an attribute) resolves to ``_mutant``.
+    """
     module_name, _, qualname = path.partition(":")
-    owner = None
-    if "." in qualname:
-        owner = resolve_object(f"{module_name}:{qualname.rsplit('.', 1)[0]}")
-    return Impl(path=path, function=function, owner=owner)
+    if not qualname:
+        raise HarnessError(f"dotted path {path!r} must look like 'module:qualname'")
+    try:
+        module = importlib.import_module(module_name)
+        chain: list[Any] = [module]
+        for part in qualname.split("."):
+            chain.append(getattr(chain[-1], part))
+            if isinstance(chain[-1], ModuleType):
+                module, chain = chain[-1], [chain[-1]]
+    except (ImportError, AttributeError) as exc:
+        raise HarnessError(f"cannot resolve {path!r}: {exc}") from exc
+    if len(chain) < 2:
+        raise HarnessError(f"cannot resolve {path!r}: it names a module, not a callable")
+    owner = chain[-2] if isinstance(chain[-2], type) else None
+    return Impl(path=path, function=chain[-1], owner=owner, module=module)
+
+
+def module_file(path: str) -> str | None:
+    """The source file of the module a ``"module:qualname"`` path names, repo-relative
+    when inside this checkout; found with ``importlib`` finders, without importing
+    the module or its packages (their ``__init__`` may import torch)."""
+    parts = path.partition(":")[0].split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+        for part in parts[1:]:
+            if spec is None or not spec.submodule_search_locations:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return None
+    file = Path(spec.origin).resolve()
+    return file.relative_to(PROJECT_ROOT).as_posix() if file.is_relative_to(PROJECT_ROOT) else str(file)
 
 
 def _extra_modules() -> list[str]:

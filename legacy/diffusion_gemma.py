@@ -25,7 +25,7 @@ from typing import NamedTuple  # ADAPTED: for the LogprobsTensors stand-in
 import numpy as np
 import torch
 
-from fuzz.upstream_shims import pin_memory_available  # ADAPTED: vllm pins where pinned memory exists
+from legacy.torch_utils import pin_memory_available  # ADAPTED: vllm pins where pinned memory exists
 
 # ---------------------------------------------------------------------------
 # Stand-ins for the vllm names the copied code reads. Identical in the legacy

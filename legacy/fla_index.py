@@ -13,7 +13,7 @@ prepare_lens, prepare_chunk_indices, prepare_chunk_offsets (bodies verbatim).
 import torch
 import triton  # ADAPTED: upstream `from vllm.triton_utils import triton` re-exports this module
 
-from fuzz.upstream_shims import tensor_cache  # ADAPTED: upstream `from .utils import tensor_cache`
+from legacy.fla_utils import tensor_cache  # ADAPTED: upstream `from .utils import tensor_cache`
 
 
 @tensor_cache

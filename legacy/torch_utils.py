@@ -1,9 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Copied from vllm 0.27.1: vllm/utils/torch_utils.py :: async_tensor_h2d (body verbatim).
+"""Copied from vllm 0.27.1: vllm/utils/torch_utils.py :: async_tensor_h2d (body verbatim);
+pin_memory_available (a stand-in).
 
-The helper every optimized copy stages host data through; fuzz.upstream_shims
-re-exports the optimized copy, so the copies run upstream's own code.
+``async_tensor_h2d`` is the helper the legacy copies stage host data through
+(``from legacy.torch_utils import async_tensor_h2d``), so they run upstream's own
+code: pin the host data when pinned memory exists, then
+``.to(device, dtype, non_blocking=True)``. Its 0.27.1 and 0.28.0 bodies are
+identical.
+
+``pin_memory_available()`` stands in for vllm's
+vllm/utils/platform_utils.py::is_pin_memory_available: vllm decides pinning
+once per process (true on CUDA platforms); CPU-only torch raises on
+``pin_memory()``, so the copies pin only when CUDA is available -- the same
+answer vllm's platform check gives.
 """
 import numpy as np
 import torch
@@ -26,3 +36,8 @@ def async_tensor_h2d(
         t = torch.tensor(data, dtype=dtype, pin_memory=PIN_MEMORY, device="cpu")
     assert t.is_cpu
     return t.to(device=device, dtype=dtype, non_blocking=True)
+
+
+def pin_memory_available() -> bool:  # ADAPTED: stands in for vllm's is_pin_memory_available()
+    """vllm's ``is_pin_memory_available()`` answer (true on CUDA platforms)."""  # ADAPTED: stand-in docstring
+    return PIN_MEMORY  # ADAPTED: upstream asks current_platform; PIN_MEMORY holds the same answer

@@ -25,8 +25,8 @@ from typing import NamedTuple  # ADAPTED: for the LogprobsTensors stand-in
 import numpy as np
 import torch
 
-from fuzz.upstream_shims import async_tensor_h2d  # ADAPTED: upstream `from vllm.utils.torch_utils import async_tensor_h2d`
-from fuzz.upstream_shims import pin_memory_available  # ADAPTED: vllm pins where pinned memory exists
+from optimized.torch_utils import async_tensor_h2d  # ADAPTED: upstream `from vllm.utils.torch_utils import async_tensor_h2d`
+from optimized.torch_utils import pin_memory_available  # ADAPTED: vllm pins where pinned memory exists
 
 # ---------------------------------------------------------------------------
 # Stand-ins for the vllm names the copied code reads. Identical in the legacy

@@ -13,8 +13,8 @@ prepare_lens, prepare_chunk_indices, prepare_chunk_offsets (bodies verbatim).
 import torch
 import triton  # ADAPTED: upstream `from vllm.triton_utils import triton` re-exports this module
 
-from fuzz.upstream_shims import gpu_sync_allowed  # ADAPTED: upstream `from vllm.utils.gpu_sync_debug import gpu_sync_allowed`
-from fuzz.upstream_shims import tensor_cache  # ADAPTED: upstream `from .utils import tensor_cache`
+from optimized.gpu_sync_debug import gpu_sync_allowed  # ADAPTED: upstream `from vllm.utils.gpu_sync_debug import gpu_sync_allowed`
+from optimized.fla_utils import tensor_cache  # ADAPTED: upstream `from .utils import tensor_cache`
 
 
 @tensor_cache

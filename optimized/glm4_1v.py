@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fuzz.upstream_shims import async_tensor_h2d  # ADAPTED: upstream `from vllm.utils.torch_utils import async_tensor_h2d`
+from optimized.torch_utils import async_tensor_h2d  # ADAPTED: upstream `from vllm.utils.torch_utils import async_tensor_h2d`
 
 Glm4vVisionConfig = SimpleNamespace  # ADAPTED: transformers' config; only hidden_size, image_size, patch_size are read
 

@@ -63,7 +63,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from fuzz.upstream_shims import async_tensor_h2d, gpu_sync_allowed  # ADAPTED: vllm.utils.torch_utils / vllm.utils.gpu_sync_debug
+from optimized.torch_utils import async_tensor_h2d  # ADAPTED: upstream `from vllm.utils.torch_utils import async_tensor_h2d`
+from optimized.gpu_sync_debug import gpu_sync_allowed  # ADAPTED: upstream `from vllm.utils.gpu_sync_debug import gpu_sync_allowed`
 
 
 PretrainedConfig = SimpleNamespace  # ADAPTED: transformers' config; only the attributes the copied code reads

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from fuzz.upstream_shims import async_tensor_h2d  # ADAPTED: upstream `from vllm.utils.torch_utils import async_tensor_h2d`
+from optimized.torch_utils import async_tensor_h2d  # ADAPTED: upstream `from vllm.utils.torch_utils import async_tensor_h2d`
 
 
 PretrainedConfig = SimpleNamespace  # ADAPTED: transformers' config; hidden_size, num_attention_heads, num_hidden_layers and (stand-in) attn_backend are read

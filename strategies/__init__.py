@@ -6,8 +6,8 @@ what Hypothesis shrinks, what the example database stores and what a repro
 file saves, so a saved failure never needs pickle.
 """
 
-from strategies.common import devices, int_dtypes, float_dtypes, tensor_forms
-from strategies.cu_seqlens import chunk_sizes, cu_seqlens
+from strategies.common import devices, float_dtypes, int_dtypes, tensor_forms
+from strategies.fla_index import chunk_sizes, cu_seqlens
 from strategies.grids import grid_thws
 
 __all__ = [

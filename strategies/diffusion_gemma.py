@@ -40,7 +40,6 @@ Two input models:
 
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Iterator, Sequence
@@ -128,7 +127,7 @@ def one_cpu_thread() -> Iterator[None]:
 def _module(impl: Impl) -> ModuleType:
     if impl.owner is None:
         raise HarnessError(f"{impl.path} must be a method of a diffusion_gemma class")
-    return sys.modules[impl.owner.__module__]
+    return impl.module
 
 
 def _random_like(tensor: torch.Tensor, high: int, generator: torch.Generator, seed: int) -> torch.Tensor:
@@ -276,7 +275,7 @@ class DiffusionStatesInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _states_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         module = _module(impl)
         states = build_states(module, spec)
         model = module.DiffusionGemmaModelState(states)
@@ -292,7 +291,7 @@ class DiffusionStatesInputs:
                     try:
                         step()
                         errors.append(None)
-                    except Exception as exc:  # an op's exception is part of the observable outcome
+                    except Exception as exc:  # noqa: BLE001 -- an op's exception is part of the observable outcome
                         errors.append(type(exc).__name__)
             return {"state": snapshot(states), "req_id_to_index": dict(model._req_id_to_index), "errors": errors}
 
@@ -453,7 +452,7 @@ class DiffusionSamplerInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _sampler_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         module = _module(impl)
         states = build_states(module, spec)
         sampler, sampling = _sampler(module, spec, states)

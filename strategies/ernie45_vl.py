@@ -1,4 +1,4 @@
-"""Inputs for ernie45_vl's vision tower metadata and resampler (DESIGN.md rows 6-8).
+"""Inputs for ernie45_vl's vision tower metadata and resampler (docs/design.md rows 6-8).
 
 How 0.28.0's callers build them (vllm/model_executor/models/ernie45_vl.py):
 
@@ -33,7 +33,6 @@ batches, a rotary table built on the CPU, and ``use_temporal_conv=False``.
 from __future__ import annotations
 
 import inspect
-import sys
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -101,7 +100,7 @@ def grid_in_form(grid: list[list[int]], form: str, dtype: str, device: str) -> A
 def _copy_module(impl: Impl, expected: str) -> ModuleType:
     if impl.owner is None:
         raise HarnessError(f"{impl.path} must be {expected}")
-    return sys.modules[impl.owner.__module__]
+    return impl.module
 
 
 def _tower(module: ModuleType, spec: dict) -> torch.nn.Module:
@@ -145,7 +144,7 @@ class ErnieRotPosEmbInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _tower_specs(available, contract, CALLER_ROT_FORMS, ("numpy", "cpu_tensor", "device_tensor"))
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         tower = _tower(_copy_module(impl, "Ernie4_5_VisionTransformer.rot_pos_emb"), spec)
         grid = grid_in_form(spec["grid_thw"], spec["grid_form"], spec["grid_dtype"], spec["device"])
 
@@ -163,7 +162,7 @@ class ErnieEncoderMetadataInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _tower_specs(available, contract, CALLER_METADATA_FORMS, ("cpu_tensor", "device_tensor"))
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         tower = _tower(_copy_module(impl, "Ernie4_5_VisionTransformer.prepare_encoder_metadata"), spec)
         grid = grid_in_form(spec["grid_thw"], spec["grid_form"], spec["grid_dtype"], spec["device"])
         device = torch.device(spec["device"])  # forward passes hidden_states.device
@@ -242,7 +241,7 @@ class ErnieGraphMetadataInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _graph_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         tower = _tower(_copy_module(impl, "Ernie4_5_VisionTransformer.prepare_encoder_metadata"), spec)
         device = torch.device(spec["device"])
         batch, override, num_pad = spec["max_batch_size"], spec["max_seqlen_override"], spec["num_pad"]
@@ -314,7 +313,7 @@ class ErnieResamplerInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _resampler_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         model = _resampler(_copy_module(impl, "VariableResolutionResamplerModel.forward"), spec)
         rows = sum(t * h * w for t, h, w in spec["grid_thw"])
         x = seeded_floats((rows, spec["in_dim"]), spec["float_dtype"], spec["seed"], spec["device"])

@@ -1,4 +1,4 @@
-"""Inputs for the keep-on-cpu targets (DESIGN.md row 12): the consumers of the
+"""Inputs for the keep-on-cpu targets (docs/design.md row 12): the consumers of the
 multimodal fields PR #52369 marks ``keep_on_cpu=True``.
 
 Which side gets the field where -- the rule every input model here follows
@@ -9,10 +9,11 @@ on the host. The copies cannot show that by themselves (for interns1 and keye's
 projector the consumer text is even identical in both versions), so the input
 model hands each side the field where its own engine would have put it:
 
-* ``side_of(impl)`` is ``"legacy"`` when ``impl.path`` starts with ``"legacy."``
-  and ``"optimized"`` otherwise -- the optimized copies (``"optimized."``) and
-  the planted mutants (``"tests.planted:..."``), which are one-edit variants of
-  the optimized copy and so get the optimized side's inputs.
+* ``field_side(side)``: the engine says which side it builds inputs for
+  (``materialize(spec, impl, side)``). ``"legacy"`` gets the legacy engine's
+  placement; ``"optimized"`` -- the optimized copy, and the planted and
+  self-test mutants, one-edit variants of it run as the optimized side -- and
+  ``"upstream"`` (the real vllm, 0.28.0 or later) get the optimized one.
 * ``spec["field_on"][side]`` says where that side's keep-on-cpu field lives:
   ``"device"`` means ``spec["device"]``, ``"cpu"`` means the host. Under the
   ``caller`` contract it is ``{"legacy": "device", "optimized": "cpu"}``, i.e.
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
+from fuzz.targets import SIDES as ENGINE_SIDES
 from fuzz.targets import Impl
 from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, float_dtypes, int_dtypes, seeded_floats
 from strategies.grids import grid_thws
@@ -71,10 +72,13 @@ KEPT_FIELDS = {
 # --------------------------------------------------------------------------
 
 
-def side_of(impl: Impl) -> str:
-    """``"legacy"`` for ``legacy.*`` paths, else ``"optimized"`` (optimized
-    copies and planted mutants of them)."""
-    return "legacy" if impl.path.startswith("legacy.") else "optimized"
+def field_side(side: str) -> str:
+    """Whose engine placement the field follows on ``side`` (an engine side):
+    ``"legacy"`` for the legacy copy, ``"optimized"`` for the optimized copy
+    (and its mutants) and for the real vllm, which keeps the field on the host too."""
+    if side not in ENGINE_SIDES:
+        raise HarnessError(f"side {side!r} is not one of {', '.join(ENGINE_SIDES)}")
+    return "legacy" if side == "legacy" else "optimized"
 
 
 def field_placements(contract: str) -> st.SearchStrategy[dict[str, str]]:
@@ -103,7 +107,7 @@ def _copy_module(impl: Impl) -> ModuleType:
     """The module ``impl`` was resolved from (a copy or a planted mutant)."""
     if impl.owner is None:
         raise HarnessError(f"{impl.path} must be a method of a model stand-in class")
-    return sys.modules[impl.owner.__module__]
+    return impl.module
 
 
 def _seed_parameters(module: nn.Module, dtype: str, seed: int, device: str) -> nn.Module:
@@ -165,7 +169,7 @@ class VarlenWhisperLayer(nn.Module):
     ``self_attn.attn.attn_backend`` is what ``_build_chunk_attn_metadata`` reads
     off the first layer."""
 
-    def __init__(self, attn_backend: Any):
+    def __init__(self, attn_backend: Any) -> None:
         super().__init__()
         self.self_attn = SimpleNamespace(attn=SimpleNamespace(attn_backend=attn_backend))
 
@@ -232,9 +236,9 @@ class UltravoxAudioLensInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _ultravox_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         module = _copy_module(impl)
-        side = side_of(impl)
+        side = field_side(side)
         model = impl.owner(_whisper_encoder(module, spec), RecordingAudioProjector(),
                            pad_audio_to_max_context=spec["pad_audio_to_max_context"])
         device, lens = spec["device"], spec["audio_lens"]
@@ -277,7 +281,7 @@ class PoolingVisionTower(nn.Module):
     pixel block (its mean colour) after a CLS token (the mean of those), so
     every tile's features are distinct and traceable to its pixels."""
 
-    def __init__(self, patch: int):
+    def __init__(self, patch: int) -> None:
         super().__init__()
         self.patch = patch
 
@@ -335,8 +339,8 @@ class InternS1NumPatchesInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _interns1_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
-        side = side_of(impl)
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        side = field_side(side)
         side_px = spec["grid"] * spec["patch"]
         config = SimpleNamespace(vision_config=SimpleNamespace(image_size=(side_px, side_px)),
                                  text_config=SimpleNamespace(hidden_size=INTERNS1_HIDDEN))
@@ -389,7 +393,7 @@ class RecordingNavitTower(nn.Module):
     and the ``patch_attention_mask`` bit it received. ``embeddings.position_embedding``
     is what ``Phi4MMImageEncoder.__init__`` sizes itself from."""
 
-    def __init__(self, side: int):
+    def __init__(self, side: int) -> None:
         super().__init__()
         self.side = side
         self.embeddings = nn.Module()
@@ -466,8 +470,8 @@ class Phi4MMImageSizesInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _phi4mm_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
-        module, side = _copy_module(impl), side_of(impl)
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        module, side = _copy_module(impl), field_side(side)
         config = SimpleNamespace(hidden_size=spec["hidden_size"], img_processor=None, vocab_size=1,
                                  img_processor_stand_in=RecordingNavitTower(spec["side"]))
         encoder = _seed_parameters(module.Phi4MMImageEncoder(config, None), spec["dtype"], spec["seed"], spec["device"])
@@ -553,8 +557,8 @@ class KeyeGridThwInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _keye_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
-        module, side = _copy_module(impl), side_of(impl)
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        module, side = _copy_module(impl), field_side(side)
         patch_dim = 3 * spec["patch"] ** 2
         projector = module.Projector(SimpleNamespace(hidden_size=spec["text_hidden"]),
                                      SimpleNamespace(hidden_size=patch_dim))

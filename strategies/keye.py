@@ -1,5 +1,5 @@
 """Inputs for keye's encoder rope, vision-tower output split and the image/video
-metadata builders (vllm/model_executor/models/keye.py, DESIGN.md rows 2-4).
+metadata builders (vllm/model_executor/models/keye.py, docs/design.md rows 2-4).
 
 Callers in 0.28.0:
 
@@ -28,7 +28,6 @@ dtype on either side of the bus for the metadata builders.
 
 from __future__ import annotations
 
-import sys
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -153,7 +152,7 @@ def _config(spec: dict) -> SimpleNamespace:
 def _side_module(impl: Impl, qualname: str) -> ModuleType:
     if impl.owner is None or impl.owner.__name__ != qualname:
         raise HarnessError(f"{impl.path} must be a method of {qualname}")
-    return sys.modules[impl.owner.__module__]
+    return impl.module
 
 
 def _grid_spec(draw: st.DrawFn, contract: str, *, zero_sized: bool) -> dict:
@@ -221,7 +220,7 @@ class KeyeEncoderRopeInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _encoder_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         _side_module(impl, "KeyeSiglipEncoder")
         device = spec["device"]
         encoder = impl.owner(_config(spec)).to(device)
@@ -271,7 +270,7 @@ class KeyeVisionSplitInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _vision_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         _side_module(impl, "KeyeSiglipVisionTransformer")
         device = spec["device"]
         tower = impl.owner(_config(spec)).to(device)
@@ -352,7 +351,7 @@ class KeyeProcessImageInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _metadata_specs(available, contract, video=False)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         return _metadata_call(spec, impl, video=False)
 
 
@@ -362,5 +361,5 @@ class KeyeProcessVideoInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _metadata_specs(available, contract, video=True)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         return _metadata_call(spec, impl, video=True)

@@ -1,5 +1,5 @@
 """Inputs for paddleocr_vl's ``SiglipEncoder.forward`` and
-``PaddleOCRVLForConditionalGeneration.encode_image`` (DESIGN.md row 5).
+``PaddleOCRVLForConditionalGeneration.encode_image`` (docs/design.md row 5).
 
 How 0.28.0 calls them:
 
@@ -29,7 +29,7 @@ raise, so lists are not drawn).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -37,7 +37,16 @@ from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
 from fuzz.targets import Impl
-from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, float_dtypes, in_form, int_dtypes, seeded_floats, tensor_forms
+from strategies.common import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    devices,
+    float_dtypes,
+    in_form,
+    int_dtypes,
+    seeded_floats,
+    tensor_forms,
+)
 from strategies.grids import grid_thws
 
 ATTN_BACKENDS = ("FLASH_ATTN", "ROCM_AITER_FA", "TRITON_ATTN", "TORCH_SDPA")
@@ -188,15 +197,15 @@ def _explicit_ids(spec: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]
     return h_ids.to(dtype).to(where), w_ids.to(dtype).to(where)
 
 
-def _encoder(namespace: dict, spec: dict) -> torch.nn.Module:
-    """The side's own ``SiglipEncoder`` with recording layers."""
+def _encoder(module: ModuleType, spec: dict) -> torch.nn.Module:
+    """The side's own ``SiglipEncoder`` (from ``impl.module``) with recording layers."""
     config = SimpleNamespace(
         hidden_size=spec["num_heads"] * spec["head_dim"],
         num_attention_heads=spec["num_heads"],
         num_hidden_layers=spec["num_layers"],
-        attn_backend=namespace["AttentionBackendEnum"][spec["attn_backend"]],
+        attn_backend=module.AttentionBackendEnum[spec["attn_backend"]],
     )
-    return namespace["SiglipEncoder"](config, prefix="visual.vision_model.encoder").to(spec["device"])
+    return module.SiglipEncoder(config, prefix="visual.vision_model.encoder").to(spec["device"])
 
 
 class PaddleOCREncoderInputs:
@@ -216,10 +225,10 @@ class PaddleOCREncoderInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _encoder_specs(available, contract, self.known_findings)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         if impl.owner is None:
             raise HarnessError(f"{impl.path} must be SiglipEncoder.forward")
-        encoder = _encoder(impl.function.__globals__, spec)
+        encoder = _encoder(impl.module, spec)
         total = sum(_patches(g) for g in spec["grids"])
         hidden = spec["num_heads"] * spec["head_dim"]
         embeds = seeded_floats((1, total, hidden), spec["embeds_dtype"], spec["seed"], spec["device"])
@@ -282,11 +291,10 @@ class PaddleOCREncodeImageInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _encode_image_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         if impl.owner is None:
             raise HarnessError(f"{impl.path} must be PaddleOCRVLForConditionalGeneration.encode_image")
-        namespace = impl.function.__globals__
-        visual = namespace["SiglipVisionModel"](FLOAT_DTYPES[spec["visual_dtype"]])
+        visual = impl.module.SiglipVisionModel(FLOAT_DTYPES[spec["visual_dtype"]])
         model = impl.owner(visual)
         pixels, grid = _one_image(spec)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fuzz.upstream_shims import pin_memory_available
+from optimized.torch_utils import pin_memory_available
 
 _STAGING: dict[torch.dtype, torch.Tensor] = {}
 

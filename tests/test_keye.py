@@ -10,7 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from fuzz.compare import Verdict
 from fuzz.execute import run_example, run_side
 from fuzz.targets import lookup
-from strategies.keye import MAX_VIDEO_ROWS, _encoder_specs, _largest_side, _metadata_specs, _vision_specs, running_sum, numels
+from strategies.keye import (
+    MAX_VIDEO_ROWS,
+    _encoder_specs,
+    _largest_side,
+    _metadata_specs,
+    _vision_specs,
+    numels,
+    running_sum,
+)
 from tests.conftest import requires_cuda
 from tests.support import fuzz
 

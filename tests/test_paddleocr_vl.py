@@ -1,4 +1,4 @@
-"""paddleocr_vl (DESIGN.md row 5): the copies, their input models and the
+"""paddleocr_vl (docs/design.md row 5): the copies, their input models and the
 known wide-contract divergences of SiglipEncoder.forward."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _docstring_span(lines: list[str]) -> range:
 def test_copy_lines_are_upstream_or_marked_adapted(side):
     upstream = Path(UPSTREAM[side], MODEL_PATH)
     if not upstream.exists():
-        pytest.skip(f"upstream source not unpacked at {upstream} (see DESIGN.md)")
+        pytest.skip(f"upstream source not unpacked at {upstream} (see docs/design.md)")
     known = set(upstream.read_text().splitlines())
     lines = (ROOT / side / "paddleocr_vl.py").read_text().splitlines()
     docstring = _docstring_span(lines)
@@ -163,7 +163,7 @@ def test_encoder_caller_contract_is_what_encode_image_stages():
     image_spec = {"device": "cpu", "grids": [[2, 4, 2], [1, 2, 2]], "image": 0, "grid_form": "device_tensor",
                   "grid_dtype": "int64", "patch_size": 1, "pixel_dtype": "float32", "visual_dtype": "float32",
                   "seed": 0}
-    staged = PaddleOCREncodeImageInputs().materialize(image_spec, target(ENCODE_IMAGE).impl("optimized"))()
+    staged = PaddleOCREncodeImageInputs().materialize(image_spec, target(ENCODE_IMAGE).impl("optimized"), "optimized")()
     assert staged["image_grid_thw"] == [(2, 4, 2)]
     assert all(type(n) is int for n in staged["image_grid_thw"][0])
     assert staged["cu_seqlens"].dtype == torch.int32 and staged["cu_seqlens"].tolist() == [0, 16]

@@ -267,6 +267,19 @@ def test_usage_errors_are_one_line_before_any_download(argv, message, tmp_path):
     assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").iterdir())
 
 
+def test_a_targets_copy_modules_bring_the_helper_modules_they_import():
+    """--target checks the helpers copied beside the copies (they are copy modules, named by no target)."""
+    assert prov.with_helper_modules("optimized", ["fla_index"]) == ["fla_index", "fla_utils", "gpu_sync_debug"]
+    assert prov.with_helper_modules("legacy", ["fla_index"]) == ["fla_index", "fla_utils"]
+    assert prov.with_helper_modules("legacy", ["diffusion_gemma"]) == ["diffusion_gemma", "torch_utils"]
+    helpers = {"fla_utils", "gpu_sync_debug", "torch_utils"}
+    for side in prov.SIDES:
+        # every helper module is reached from some target's copy module: none is left unchecked by --target
+        reached = prov.with_helper_modules(side, sorted({prov._module_of(getattr(t, side)) for t in TARGETS}))
+        assert reached == prov.copy_modules(ROOT, side)
+        assert helpers & set(reached)
+
+
 def test_provenance_is_wired_into_the_cli(capsys):
     from fuzz.cli import main
 
@@ -306,12 +319,14 @@ def check_real(wheels, side: str, module: str, text: str) -> prov.ModuleReport:
     return check_copy(f"{side}/{module}.py", text, wheels[side], files, side)
 
 
+@pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
 def test_fla_copies_verify(wheels):
     for side in prov.SIDES:
         report = check_real(wheels, side, "fla_index", copy_text(side, "fla_index"))
         assert report.ok, "\n".join(line for u in report.failed for line in u.diff)
 
 
+@pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
 def test_a_planted_edit_of_a_real_copy_is_caught(wheels):
     text = copy_text("optimized", "fla_index")
     planted_text = text.replace("cu_seqlens.new_zeros(1)", "cu_seqlens.new_ones(1)")
@@ -335,11 +350,12 @@ def _base_report(wheels, module: str) -> prov.ModuleReport:
 PLANTS = {p.name: p for p in [*planted.BUGS, *planted.BENIGN, *planted.SYNC_BUGS, *planted.STRESS_BUGS]}
 
 
+@pytest.mark.slow  # needs the vllm wheels
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_every_planted_mutant_is_caught(name, wheels):
     """Each one-edit mutant of tests/planted departs from upstream: provenance must say so.
 
-    Unless the edit only touches lines already marked ADAPTED (e.g. a shim import),
+    Unless the edit only touches lines already marked ADAPTED (e.g. a helper import),
     which by definition are not upstream text.
     """
     plant = PLANTS[name]
@@ -358,6 +374,7 @@ def test_every_planted_mutant_is_caught(name, wheels):
     assert report.mismatched + report.dropped > base.mismatched + base.dropped, f"{name}: {plant.why}"
 
 
+@pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
 def test_every_target_definition_verifies(wheels):
     reports = [r for side in prov.SIDES for r in prov.check_side(side, wheels[side], TARGETS)]
     failing = [f"{row.name} {row.side}: {ref}" for row in prov.target_rows(TARGETS, reports)
@@ -365,6 +382,7 @@ def test_every_target_definition_verifies(wheels):
     assert not failing, failing
 
 
+@pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
 def test_every_copy_line_verifies(wheels, capsys):
     """The acceptance check: `python -m fuzz provenance` exits 0 on the real copies."""
     args = parse("--legacy-source", wheels["legacy"].label, "--optimized-source", wheels["optimized"].label)

@@ -1,4 +1,4 @@
-"""The targets: one declarative record per changed function (DESIGN.md table).
+"""The targets: one declarative record per changed function (docs/design.md table).
 
 Data only: each module here holds the ``TARGETS`` of one upstream file (or
 family) and the ``DESIGN_ROWS`` it covers; they are collected in row order.

@@ -1,4 +1,4 @@
-"""DESIGN.md rows 9 and 10: diffusion_gemma's per-slot state stores and its sampler."""
+"""docs/design.md rows 9 and 10: diffusion_gemma's per-slot state stores and its sampler."""
 
 from fuzz.targets import Comparison, Target
 

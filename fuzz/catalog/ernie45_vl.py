@@ -1,4 +1,4 @@
-"""DESIGN.md rows 6-8: ernie45_vl's rotary gather, encoder metadata and resampler."""
+"""docs/design.md rows 6-8: ernie45_vl's rotary gather, encoder metadata and resampler."""
 
 from fuzz.targets import Comparison, Target
 

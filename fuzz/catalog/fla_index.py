@@ -1,4 +1,4 @@
-"""DESIGN.md row 11: flash-linear-attention index helpers."""
+"""docs/design.md row 11: flash-linear-attention index helpers."""
 
 from fuzz.targets import Comparison, Target
 
@@ -12,7 +12,7 @@ TARGETS = [
         legacy="legacy.fla_index:prepare_chunk_indices",
         optimized="optimized.fla_index:prepare_chunk_indices",
         upstream_impl="vllm.third_party.flash_linear_attention.ops.index:prepare_chunk_indices",
-        inputs="strategies.cu_seqlens:ChunkIndexInputs",
+        inputs="strategies.fla_index:ChunkIndexInputs",
         comparison=Comparison(floats="exact"),
         # The chunk-count `.tolist()` kept on purpose under gpu_sync_allowed. The
         # final `.to(..., non_blocking=True)` stages a small pageable table, which
@@ -27,7 +27,7 @@ TARGETS = [
         legacy="legacy.fla_index:prepare_chunk_offsets",
         optimized="optimized.fla_index:prepare_chunk_offsets",
         upstream_impl="vllm.third_party.flash_linear_attention.ops.index:prepare_chunk_offsets",
-        inputs="strategies.cu_seqlens:ChunkIndexInputs",
+        inputs="strategies.fla_index:ChunkIndexInputs",
         comparison=Comparison(floats="exact"),
         expected_optimized_syncs=0,
         description="new_zeros(1) instead of new_tensor([0])",

@@ -1,4 +1,4 @@
-"""DESIGN.md row 1: glm4_1v vision embeddings and the coordinates built for them."""
+"""docs/design.md row 1: glm4_1v vision embeddings and the coordinates built for them."""
 
 from fuzz.targets import Comparison, Target
 
@@ -12,7 +12,7 @@ TARGETS = [
         legacy="legacy.glm4_1v:Glm4vVisionEmbeddings.forward",
         optimized="optimized.glm4_1v:Glm4vVisionEmbeddings.forward",
         upstream_impl="vllm.model_executor.models.glm4_1v:Glm4vVisionEmbeddings.forward",
-        inputs="strategies.glm4:Glm4EmbeddingsInputs",
+        inputs="strategies.glm4_1v:Glm4EmbeddingsInputs",
         comparison=Comparison(floats="close"),
         expected_optimized_syncs=0,
         description="lengths/image_shapes expanded with numpy + one async H2D, DP cycling by modulo",
@@ -22,7 +22,7 @@ TARGETS = [
         upstream=(f"{_GLM}::Glm4vVisionTransformer.pos_embeds_interpolate",),
         legacy="legacy.glm4_1v:Glm4vVisionTransformer.pos_embeds_interpolate",
         optimized="optimized.glm4_1v:Glm4vVisionTransformer.pos_embeds_interpolate",
-        inputs="strategies.glm4:Glm4PosEmbedsInputs",
+        inputs="strategies.glm4_1v:Glm4PosEmbedsInputs",
         comparison=Comparison(floats="close"),
         expected_optimized_syncs=0,
         description="host-built coordinates staged pinned + non-blocking",

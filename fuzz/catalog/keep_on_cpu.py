@@ -1,4 +1,4 @@
-"""DESIGN.md row 12: consumers of the multimodal fields PR #52369 marks
+"""docs/design.md row 12: consumers of the multimodal fields PR #52369 marks
 ``keep_on_cpu=True`` (legacy gets the field on the device, optimized on the host;
 see strategies/keep_on_cpu.py for the side rule)."""
 
@@ -73,7 +73,8 @@ TARGETS = [
         # (strategies.keep_on_cpu.PHI4MM_MAX_IMAGES = 3).
         expected_optimized_syncs=9,
         sync_budget="strategies.keep_on_cpu:phi4mm_sync_budget",
-        description="image_sizes kept on CPU: crop counts and slicing from host ints; mask counts under gpu_sync_allowed",
+        description=("image_sizes kept on CPU: crop counts and slicing from host ints; "
+                     "mask counts under gpu_sync_allowed"),
     ),
     Target(
         name="keep-on-cpu-keye-grid-thw",
@@ -95,6 +96,7 @@ TARGETS = [
         # tables staged non-blocking, which the driver does without waiting
         # (F4 corrected), and cu_seqlens goes up pinned: no sync at all.
         expected_optimized_syncs=0,
-        description="image/video_grid_thw kept on CPU: grid read on the host for ids, cu_seqlens and the projector reshape",
+        description=("image/video_grid_thw kept on CPU: grid read on the host for ids, cu_seqlens and the "
+                     "projector reshape"),
     ),
 ]

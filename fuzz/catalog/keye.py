@@ -1,4 +1,4 @@
-"""DESIGN.md rows 2-4: keye's encoder rope table, vision-tower output split and
+"""docs/design.md rows 2-4: keye's encoder rope table, vision-tower output split and
 the host-built image/video metadata."""
 
 from fuzz.targets import Comparison, Target

@@ -1,4 +1,4 @@
-"""DESIGN.md row 5: paddleocr_vl's SigLIP encoder and the inputs encode_image stages for it."""
+"""docs/design.md row 5: paddleocr_vl's SigLIP encoder and the inputs encode_image stages for it."""
 
 from fuzz.targets import Comparison, Target
 

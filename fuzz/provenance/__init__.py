@@ -32,24 +32,19 @@ from fuzz.provenance._common import (  # noqa: F401
     MAX_GAP_LINES,
     MAX_HUNKS,
     PROJECT_ROOT,
-    SIDES,
     SIDE_VERSIONS,
+    SIDES,
     UPSTREAM_PATH_RE,
     default_cache,
 )
-from fuzz.provenance.sources import (  # noqa: F401
-    Source,
-    TextSource,
-    TreeSource,
-    WheelSource,
-    _against_version,
-    _installed_source,
-    _last_error_line,
-    _version_from_text,
-    _version_from_wheel_name,
-    cached_wheel,
-    fetch_wheel,
-    open_source,
+from fuzz.provenance.drift import (  # noqa: F401
+    Drift,
+    _same,
+    compare,
+    definition_text,
+    drift_report,
+    extract,
+    format_drift,
 )
 from fuzz.provenance.matching import (  # noqa: F401
     CopyLines,
@@ -70,6 +65,20 @@ from fuzz.provenance.matching import (  # noqa: F401
     upstream_file,
     walk_spans,
 )
+from fuzz.provenance.sources import (  # noqa: F401
+    Source,
+    TextSource,
+    TreeSource,
+    WheelSource,
+    _against_version,
+    _installed_source,
+    _last_error_line,
+    _version_from_text,
+    _version_from_wheel_name,
+    cached_wheel,
+    fetch_wheel,
+    open_source,
+)
 from fuzz.provenance.verify import (  # noqa: F401
     TargetRow,
     _covering_unit,
@@ -81,18 +90,8 @@ from fuzz.provenance.verify import (  # noqa: F401
     split_upstream,
     target_rows,
     upstream_files_by_module,
+    with_helper_modules,
 )
-from fuzz.provenance.drift import (  # noqa: F401
-    Drift,
-    _same,
-    compare,
-    definition_text,
-    drift_report,
-    extract,
-    format_drift,
-)
-
-
 
 # --------------------------------------------------------------------------- CLI
 
@@ -148,7 +147,9 @@ def cmd_provenance(args: argparse.Namespace) -> int:
                for side in SIDES}
     modules: dict[str, list[str] | None] = {side: None for side in SIDES}  # None: every copy module
     if getattr(args, "target", None):
-        modules = {side: sorted({_module_of(getattr(t, side)) for t in chosen}) for side in SIDES}
+        # The chosen targets' copy modules and the helper modules they import (fla_index -> fla_utils).
+        modules = {side: with_helper_modules(side, sorted({_module_of(getattr(t, side)) for t in chosen}))
+                   for side in SIDES}
     # Every target record contributes upstream files, even under --target: a copy module is
     # shared by several targets (keye.py) and its helpers may come from any of their files.
     reports = [r for side in SIDES for r in check_side(side, sources[side], lookup([]), modules[side])]

@@ -6,19 +6,17 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from fuzz.provenance.sources import (  # noqa: F401
-    Source,
-)
 from fuzz.provenance.matching import (  # noqa: F401
     ModuleReport,
     normalize,
     upstream_file,
 )
+from fuzz.provenance.sources import (  # noqa: F401
+    Source,
+)
 from fuzz.provenance.verify import (  # noqa: F401
     split_upstream,
 )
-
-
 
 # --------------------------------------------------------------------------- drift
 

@@ -20,8 +20,6 @@ from fuzz.provenance.sources import (  # noqa: F401
     Source,
 )
 
-
-
 # --------------------------------------------------------------------------- parsing
 
 

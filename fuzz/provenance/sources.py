@@ -16,8 +16,6 @@ from fuzz.provenance._common import (  # noqa: F401
     INSTALLED,
 )
 
-
-
 # --------------------------------------------------------------------------- sources
 
 

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from fuzz.provenance._common import (  # noqa: F401
     PROJECT_ROOT,
-    SIDES,
     SIDE_VERSIONS,
-)
-from fuzz.provenance.sources import (  # noqa: F401
-    Source,
+    SIDES,
 )
 from fuzz.provenance.matching import (  # noqa: F401
     ModuleReport,
     UnitReport,
     check_copy,
 )
-
-
+from fuzz.provenance.sources import (  # noqa: F401
+    Source,
+)
 
 # --------------------------------------------------------------------------- targets and copy modules
 
@@ -51,6 +50,37 @@ def upstream_files_by_module(targets: Sequence) -> dict[str, list[str]]:
 def copy_modules(root: Path, side: str) -> list[str]:
     """Every copy module of a side: all ``.py`` files but ``__init__``."""
     return sorted(p.stem for p in (root / side).glob("*.py") if p.stem != "__init__")
+
+
+def with_helper_modules(side: str, modules: Sequence[str], root: Path = PROJECT_ROOT) -> list[str]:
+    """``modules`` and, transitively, the copy modules of ``side`` they import: the vllm helpers
+    copied beside them (``torch_utils``, ``fla_utils``, ``gpu_sync_debug``), checked with them."""
+    found: list[str] = []
+    todo = list(modules)
+    while todo:
+        module = todo.pop(0)
+        if module in found:
+            continue
+        found.append(module)
+        path = root / side / f"{module}.py"
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError):
+            continue  # a missing or broken copy is reported by the check itself
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == side:
+                names = [f"{side}.{alias.name}" for alias in node.names]  # from optimized import torch_utils
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                package, _, rest = name.partition(".")
+                if package == side and rest and "." not in rest and (root / side / f"{rest}.py").is_file():
+                    todo.append(rest)
+    return sorted(found)
 
 
 def check_side(side: str, source: Source, targets: Sequence, modules: Sequence[str] | None = None,

@@ -1,4 +1,4 @@
-"""Planted bugs and benign refactors for ernie45_vl (DESIGN.md rows 6-8)."""
+"""Planted bugs and benign refactors for ernie45_vl (docs/design.md rows 6-8)."""
 
 from tests.planted.plant import Plant
 

@@ -21,7 +21,7 @@ BUGS = [
           "np.repeat(shapes_np[shape_idx, 1], lengths)", "np.repeat(shapes_np[shape_idx, 2], lengths)",
           "target height taken from the width column (only visible when h != w)"),
     Plant("planted-glm4-reused-staging-buffer", "glm4v-embeddings", "optimized.glm4_1v",
-          "from fuzz.upstream_shims import async_tensor_h2d",
+          "from optimized.torch_utils import async_tensor_h2d",
           "from tests.racy import reused_buffer_h2d as async_tensor_h2d",
           "target_h and target_w staged through one reused host buffer without waiting"),
     Plant("planted-pos-embeds-no-repeat", "glm4v-pos-embeds", "optimized.glm4_1v",

@@ -1,8 +1,8 @@
 """Planted bugs and benign refactors for the keep-on-cpu targets (optimized/keep_on_cpu.py).
 
 Each is one edit a reviewer could plausibly have made while moving the field to
-the host. As mutants of the optimized copy they get the optimized side's inputs
-(the field on the CPU; strategies/keep_on_cpu.py ``side_of``).
+the host. As mutants of the optimized copy they run as the optimized side and get
+its inputs (the field on the CPU; strategies/keep_on_cpu.py ``field_side``).
 """
 
 from tests.planted.plant import Plant

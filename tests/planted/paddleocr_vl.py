@@ -1,4 +1,4 @@
-"""Planted bugs and benign refactors for paddleocr_vl (DESIGN.md row 5).
+"""Planted bugs and benign refactors for paddleocr_vl (docs/design.md row 5).
 
 ``BUGS`` and ``BENIGN`` are fuzzed under the caller contract by
 tests/test_planted.py. ``WIDE_BUGS`` only show on inputs today's callers never

@@ -1,1 +1,1 @@
-from fuzz.upstream_shims import async_tensor_h2d  # noqa: F401
+from optimized.torch_utils import async_tensor_h2d  # noqa: F401

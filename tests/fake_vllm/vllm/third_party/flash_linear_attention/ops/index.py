@@ -5,7 +5,8 @@ import os
 
 import torch
 
-from optimized.fla_index import prepare_chunk_indices, prepare_chunk_offsets as _offsets, prepare_lens  # noqa: F401
+from optimized.fla_index import prepare_chunk_indices, prepare_lens  # noqa: F401
+from optimized.fla_index import prepare_chunk_offsets as _offsets
 
 
 def prepare_chunk_offsets(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:

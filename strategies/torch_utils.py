@@ -25,7 +25,7 @@ class AsyncH2DInputs:
             "dtype": st.sampled_from([None, *_DTYPES]),
         })
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         values = list(spec["values"])
         data: Any = values
         if spec["form"] == "numpy":

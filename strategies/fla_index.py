@@ -1,4 +1,6 @@
-"""``cu_seqlens`` inputs for the flash-linear-attention index helpers."""
+"""``cu_seqlens`` inputs for the flash-linear-attention index helpers (``legacy/`` and
+``optimized/fla_index.py``), and the ``cu_seqlens()`` / ``chunk_sizes()`` factories
+(exported from ``strategies``)."""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ class ChunkIndexInputs:
             }
         )
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         cu = torch.tensor(spec["cu_seqlens"], dtype=INT_DTYPES[spec["dtype"]], device=spec["device"])
         chunk_size = spec["chunk_size"]
         return lambda: impl.function(cu, chunk_size)

@@ -14,8 +14,7 @@ coordinates that are not a grid, fewer lengths than shapes, no shapes at all.
 
 from __future__ import annotations
 
-import sys
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -96,9 +95,9 @@ def _coords(spec: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return h_all.to(dtype).to(where), w_all.to(dtype).to(where)
 
 
-def _embedding_module(module_name: str, spec: dict) -> torch.nn.Module:
-    """The side's own ``Glm4vVisionEmbeddings`` with drawn weights."""
-    cls = getattr(sys.modules[module_name], "Glm4vVisionEmbeddings")
+def _embedding_module(side_module: ModuleType, spec: dict) -> torch.nn.Module:
+    """The side's own ``Glm4vVisionEmbeddings`` (from ``impl.module``) with drawn weights."""
+    cls = side_module.Glm4vVisionEmbeddings
     orig, hidden = spec["orig_size"], spec["hidden_size"]
     config = SimpleNamespace(hidden_size=hidden, image_size=orig * PATCH_SIZE, patch_size=PATCH_SIZE)
     module = cls(config)
@@ -113,10 +112,10 @@ class Glm4EmbeddingsInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _embeddings_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         if impl.owner is None:
             raise HarnessError(f"{impl.path} must be Glm4vVisionEmbeddings.forward")
-        module = _embedding_module(impl.owner.__module__, spec)
+        module = _embedding_module(impl.module, spec)
         device = spec["device"]
         h_coords, w_coords = _coords(spec)
         total = h_coords.shape[0]
@@ -149,10 +148,10 @@ class Glm4PosEmbedsInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _pos_embeds_specs(available, contract)
 
-    def materialize(self, spec: dict, impl: Impl) -> Callable[[], Any]:
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         if impl.owner is None:
             raise HarnessError(f"{impl.path} must be Glm4vVisionTransformer.pos_embeds_interpolate")
-        embeddings = _embedding_module(impl.owner.__module__, spec)
+        embeddings = _embedding_module(impl.module, spec)
         tower = impl.owner(embeddings, spec["merge"])
         grid_thw = [list(g) for g in spec["grid_thw"]]
 

@@ -1,7 +1,7 @@
 """Not changed by the PR: ``async_tensor_h2d``, which the optimized copies stage
-through (via fuzz.upstream_shims). Its 0.27.1 and 0.28.0 bodies are identical;
-the target keeps the copy honest and, under ``--upstream``, compares it with
-the real ``vllm.utils.torch_utils.async_tensor_h2d``."""
+through (``from optimized.torch_utils import async_tensor_h2d``). Its 0.27.1 and
+0.28.0 bodies are identical; the target keeps the copy honest and, under
+``--upstream``, compares it with the real ``vllm.utils.torch_utils.async_tensor_h2d``."""
 
 from fuzz.targets import Comparison, Target
 
@@ -14,7 +14,7 @@ TARGETS = [
         legacy="legacy.torch_utils:async_tensor_h2d",
         optimized="optimized.torch_utils:async_tensor_h2d",
         upstream_impl="vllm.utils.torch_utils:async_tensor_h2d",
-        inputs="strategies.shims:AsyncH2DInputs",
+        inputs="strategies.torch_utils:AsyncH2DInputs",
         comparison=Comparison(floats="exact"),
         expected_optimized_syncs=0,
         description="the staging helper every optimized copy uses (unchanged by the PR; upstream conformance)",
