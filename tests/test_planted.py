@@ -15,7 +15,20 @@ BUGS = {p.name: p for p in planted.BUGS}
 BENIGN = {p.name: p for p in planted.BENIGN}
 
 
-@pytest.mark.parametrize("name", sorted(BUGS))
+def _first_per(plants, key) -> list:
+    """The plants' names, sorted; all but the first name of each ``key`` are
+    marked slow: the default run keeps one per key, `pytest -m slow` runs the rest."""
+    seen, names = set(), []
+    for plant in sorted(plants, key=lambda plant: plant.name):
+        slow = key(plant) in seen
+        names.append(pytest.param(plant.name, marks=pytest.mark.slow) if slow else plant.name)
+        seen.add(key(plant))
+    return names
+
+
+# By default one planted bug and one benign refactor per copied module (every
+# target is fuzzed by default in tests/test_targets.py); `-m slow` runs them all.
+@pytest.mark.parametrize("name", _first_per(planted.BUGS, lambda plant: plant.module))
 def test_planted_bug_is_reported(name):
     outcome = fuzz(BUGS[name].target(), max_examples=DETECTION_LIMIT)
     assert outcome.failures, f"{name} ({BUGS[name].why}) survived {outcome.examples} examples"
@@ -23,7 +36,7 @@ def test_planted_bug_is_reported(name):
     assert outcome.verdict in (Verdict.DIVERGENCE, Verdict.ERROR_MISMATCH)
 
 
-@pytest.mark.parametrize("name", sorted(BENIGN))
+@pytest.mark.parametrize("name", _first_per(planted.BENIGN, lambda plant: plant.module))
 def test_benign_refactor_passes(name):
     outcome = fuzz(BENIGN[name].target(), max_examples=DETECTION_LIMIT)
     assert not outcome.failures, [f.mismatches for f in outcome.failures]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,8 @@ WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 def _fuzz_commands(text: str) -> list[str]:
     """`python3 -m fuzz ...` commands, with YAML folding and shell continuations joined."""
     joined = re.sub(r"\\\n\s*", " ", text)
-    joined = re.sub(r">\n(\s+)(python3 -m fuzz[^\n]*)\n\1(?=\S)", lambda m: ">\n" + m.group(1) + m.group(2) + " ", joined)
+    joined = re.sub(r">\n(\s+)(python3 -m fuzz[^\n]*)\n\1(?=\S)", lambda m: ">\n" + m.group(1) + m.group(2) + " ",
+                    joined)
     commands, current = [], None
     for line in joined.splitlines():
         stripped = line.strip()
@@ -25,7 +28,8 @@ def _fuzz_commands(text: str) -> list[str]:
             if current:
                 commands.append(current)
             current = stripped[stripped.index("python3 -m fuzz "):]
-        elif current is not None and stripped and not stripped.startswith(("- ", "#")) and ":" not in stripped.split()[0]:
+        elif (current is not None and stripped and not stripped.startswith(("- ", "#"))
+              and ":" not in stripped.split()[0]):
             current += " " + stripped
         else:
             if current:
@@ -48,7 +52,28 @@ def test_workflow_fuzz_commands_parse(workflow):
         assert f"python3 -m fuzz {args[0]}" in readme
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_test_command_then_the_slow_tests():
     readme = (ROOT / "README.md").read_text()
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert "python3 -m pytest -n 2" in readme and ci.strip().endswith("python3 -m pytest -n 2")
+    commands = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+                if line.strip().startswith("python3 -m pytest")]
+    assert "python3 -m pytest -n 2\n" in readme
+    assert commands[0] == "python3 -m pytest -n 2"  # exactly the README's command, first
+    assert commands[1].startswith("python3 -m pytest -n 2 -m slow")  # then what the default run leaves out
+
+
+def test_the_default_test_run_leaves_out_the_slow_tests(tmp_path):
+    """README's command runs `-m "not slow"` (pyproject addopts); `-m slow` on
+    the command line overrides it, because pytest keeps the last -m. Checked with
+    this project's pytest options on a two-test file (no conftest, no torch import)."""
+    (tmp_path / "test_marks.py").write_text(
+        "import pytest\n\n\ndef test_fast():\n    pass\n\n\n@pytest.mark.slow\ndef test_slow():\n    pass\n")
+
+    def collected(*args: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
+                               str(tmp_path), "--collect-only", "-q", "-n", "0", *args, "test_marks.py"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [line.split("::")[1] for line in done.stdout.splitlines() if "::" in line]
+
+    assert collected() == ["test_fast"]
+    assert collected("-m", "slow") == ["test_slow"]
