@@ -33,8 +33,9 @@ from hypothesis import seed as hypothesis_seed
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from fuzz.config import RunConfig  # noqa: E402
 from fuzz.execute import run_example  # noqa: E402
-from fuzz.runner import RunOptions, fuzz_target, single_threaded  # noqa: E402
+from fuzz.runner import fuzz_target, single_threaded  # noqa: E402
 from fuzz.targets import Target, lookup  # noqa: E402
 
 
@@ -48,9 +49,9 @@ def bare_given(target: Target, device: str, examples: int, seed: int) -> float:
     model = target.input_model()
     legacy, optimized = target.impl("legacy"), target.impl("optimized")
 
-    def outcome(impl, spec):  # noqa: ANN001, ANN202
+    def outcome(impl, side, spec):  # noqa: ANN001, ANN202
         try:
-            return model.materialize(spec, impl)()
+            return model.materialize(spec, impl, side)()
         except Exception as exc:  # noqa: BLE001
             return type(exc)
 
@@ -58,7 +59,7 @@ def bare_given(target: Target, device: str, examples: int, seed: int) -> float:
     @hypothesis_seed(seed)
     @given(model.specs((device,), "caller"))
     def test(spec: dict) -> None:
-        a, b = outcome(legacy, spec), outcome(optimized, spec)
+        a, b = outcome(legacy, "legacy", spec), outcome(optimized, "optimized", spec)
         if isinstance(a, type) or isinstance(b, type):
             assert a == b
         else:
@@ -84,7 +85,7 @@ def engine(target: Target, device: str, examples: int, seed: int) -> tuple[float
     runner.run_example = recording
     try:
         start = time.perf_counter()
-        outcome = fuzz_target(target, RunOptions(devices=(device,), seed=seed, max_examples=examples), None)
+        outcome = fuzz_target(target, RunConfig(devices=(device,), seed=seed, max_examples=examples))
         _sync(device)
         elapsed = time.perf_counter() - start
     finally:
@@ -168,7 +169,7 @@ def part_b(limit: int) -> list[dict]:
     for plant in planted.BUGS:
         detections = []
         for seed in range(5):
-            outcome = fuzz_target(plant.target(), RunOptions(devices=("cpu",), seed=seed, max_examples=limit), None)
+            outcome = fuzz_target(plant.target(), RunConfig(devices=("cpu",), seed=seed, max_examples=limit))
             detections.append(outcome.first_failure_at or float("inf"))
         rows.append({"bug": plant.name, "median": statistics.median(detections), "max": max(detections)})
         print(f"{plant.name:45} median {statistics.median(detections):6} max {max(detections):6}", flush=True)
@@ -224,13 +225,18 @@ def part_c(workers: list[int], examples: int, budget: float | None, device: str,
             for place in entry.get("placement", []):
                 busy[place["worker"]] = busy.get(place["worker"], 0.0) + place["seconds"]
         busiest = max(busy.values()) if busy else sum(t["seconds"] for t in report["targets"])
+        if not done or not busiest:  # nothing ran: no rate to compare (say so, do not divide by zero)
+            sys.stderr.write(f"bench: part c, {count} workers: the run did no example (exit {done_run.returncode}); "
+                             "give it a larger --budget or --examples\n")
+            raise SystemExit(2)
         rate = done / (budget or elapsed)
         steady = done / busiest
         base, base_steady = base or rate, base_steady or steady
         rows.append({"workers": count, "examples": done, "seconds": elapsed, "budget": budget,
                      "examples_per_s": rate, "efficiency": rate / base / count, "busiest_worker_s": busiest,
                      "steady_per_s": steady, "steady_efficiency": steady / base_steady / count})
-        print(f"workers {count:3}  {done} examples in {elapsed:6.1f}s  {rate:8.1f}/s  efficiency {rate / base / count:5.2f}"
+        print(f"workers {count:3}  {done} examples in {elapsed:6.1f}s  {rate:8.1f}/s  "
+              f"efficiency {rate / base / count:5.2f}"
               f"  | steady {steady:8.1f}/s  efficiency {steady / base_steady / count:5.2f}", flush=True)
         save()
 
@@ -256,8 +262,10 @@ def main() -> None:
     parser.add_argument("--examples", type=_at_least_one, default=200)
     parser.add_argument("--device", action="append", choices=("cpu", "cuda"))
     parser.add_argument("--target", action="append", default=[])
-    parser.add_argument("--repeats", type=_at_least_one, default=3, help="alternating bare/fuzzer runs per target (part a)")
-    parser.add_argument("--workers", default="1,2", type=_worker_counts, help="comma-separated worker counts for part c")
+    parser.add_argument("--repeats", type=_at_least_one, default=3,
+                        help="alternating bare/fuzzer runs per target (part a)")
+    parser.add_argument("--workers", default="1,2", type=_worker_counts,
+                        help="comma-separated worker counts for part c")
     parser.add_argument("--budget", type=float, help="part c: fuzz every target this many seconds per worker count "
                         "(the nightly shape) instead of a fixed number of examples")
     parser.add_argument("--parts", default="abcd")

@@ -1,4 +1,4 @@
-"""Command line: ``python -m fuzz list | run | replay`` (interfaces in DESIGN.md).
+"""Command line: ``python -m fuzz list | run | replay`` (interfaces in docs/design.md).
 
 Exit codes: 0 no divergence, 1 divergence (or any failing verdict) found,
 2 usage or input error -- one line on stderr naming the problem and the fix.
@@ -10,17 +10,25 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
+from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError, UsageError
-from fuzz.provenance import add_parser as add_provenance_parser, cmd_provenance
+from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Report, TargetEntry
+from fuzz.preflight import check_corpus, check_output, check_outputs
+from fuzz.provenance import add_parser as add_provenance_parser
+from fuzz.provenance import cmd_provenance
 from fuzz.targets import CONTRACTS
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_CODES_HELP = ("exit codes: 0 no failure, 1 a failing verdict (or a replayed failure still fails), "
+                   "2 usage or input error (one line naming the problem and the fix) or a fuzzer bug, "
+                   "3 incomplete: no failure found, but some target x device ran no example")
 DEFAULT_MAX_EXAMPLES = 200
 DEFAULT_CORPUS = "fuzz-corpus"
 
@@ -52,6 +60,16 @@ def _seed(text: str) -> int:
     return value
 
 
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} must be a kill rate between 0 and 1 (e.g. 0.9)")
+    return value
+
+
 def _budget(text: str) -> float:
     try:
         value = float(text)
@@ -63,13 +81,13 @@ def _budget(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m fuzz", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m fuzz", description=__doc__.splitlines()[0], epilog=EXIT_CODES_HELP)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     listing = commands.add_parser("list", help="list the targets")
     listing.add_argument("--json", action="store_true", help="print the JSON interface instead of a table")
 
-    run = commands.add_parser("run", help="fuzz targets: legacy vs optimized")
+    run = commands.add_parser("run", help="fuzz targets: legacy vs optimized", epilog=EXIT_CODES_HELP)
     run.add_argument("--target", action="append", default=[], metavar="NAME", help="a target (repeatable; default all)")
     amount = run.add_mutually_exclusive_group()
     amount.add_argument("--max-examples", type=_positive_int, metavar="N",
@@ -118,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--limit", type=_positive_int, metavar="N", help="at most N mutants per target")
     selftest.add_argument("--contract", default="caller", choices=CONTRACTS)
     selftest.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    selftest.add_argument("--min-kill-rate", type=float, metavar="R",
+    selftest.add_argument("--min-kill-rate", type=_rate, metavar="R",
                           help="exit 1 if a target's kill rate (equivalents excluded) is below R")
 
     merge = commands.add_parser("merge-reports", help="merge JSON reports of shards or hosts into one")
@@ -141,24 +159,22 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([t.as_json() for t in targets], indent=2))
         return EXIT_OK
-    rows = [("name", "devices", "opt. syncs", "upstream")]
+    rows = [("name", "devices", "opt. syncs", "legacy", "optimized", "inputs", "upstream")]
     for t in targets:
-        rows.append((t.name, ",".join(t.devices), str(t.expected_optimized_syncs), t.upstream[0]))
-        rows.extend(("", "", "", extra) for extra in t.upstream[1:])
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        files = t.files()
+        paths = tuple(files[key] or getattr(t, key).partition(":")[0] for key in ("legacy", "optimized", "inputs"))
+        rows.append((t.name, ",".join(t.devices), str(t.expected_optimized_syncs), *paths, t.upstream[0]))
+        rows.extend(("", "", "", "", "", "", extra) for extra in t.upstream[1:])
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
     for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+        print("  ".join(c.ljust(w) for c, w in zip(row[:6], widths)) + "  " + row[6])
     return EXIT_OK
 
 
-def _check_paths(corpus: Path | None, outputs: dict[str, Path]) -> None:
-    if corpus is not None and corpus.exists() and not corpus.is_dir():
-        raise UsageError(f"--corpus {str(corpus)!r} is a file; pass a directory (it is created if missing)")
-    for name, path in outputs.items():
-        if path.is_dir():
-            raise UsageError(f"--{name} {str(path)!r} is a directory; pass a file path")
-        if not path.parent.exists():
-            raise UsageError(f"--{name} {str(path)!r}: folder {str(path.parent)!r} does not exist; create it first")
+def known_targets() -> list[str]:
+    from fuzz.targets import lookup
+
+    return [t.name for t in lookup([])]
 
 
 PROFILES = {
@@ -189,7 +205,17 @@ def _validate_run(args: argparse.Namespace) -> None:
         raise UsageError(f"--confirm {args.confirm} must be 0 or more")
     if args.workers > 1 and args.in_process:
         raise UsageError("--workers runs items in pytest-xdist workers; drop --in-process or use --workers 1")
+    if args.example_timeout < MIN_EXAMPLE_TIMEOUT:
+        raise UsageError(f"--example-timeout {args.example_timeout:g} s is shorter than one example can take (the "
+                         f"first CUDA call loads kernels); use {MIN_EXAMPLE_TIMEOUT:g} or more")
 
+
+# A watchdog shorter than this would call ordinary examples hangs.
+MIN_EXAMPLE_TIMEOUT = 1.0
+
+# Under --budget with --confirm, the share of the budget kept for the replays
+# that confirm each failure (fresh processes, a few seconds each).
+CONFIRM_SHARE = 0.1
 
 # Below this share an item cannot be expected to run an example: a worker's
 # start-up (torch import, CUDA context) and Hypothesis' set-up come first.
@@ -207,12 +233,21 @@ def _check_budget(budget: float | None, items: int, workers: int) -> None:
                          "--target/--pieces")
 
 
+def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) -> RunConfig:
+    """The run as the command line asked for it (profile applied)."""
+    from fuzz.targets import _extra_modules
+
+    return RunConfig(
+        targets=tuple(args.target), target_modules=tuple(_extra_modules()), devices=devices,
+        contract=args.contract, seed=seed, max_examples=args.max_examples, budget=args.budget,
+        corpus=str(Path(args.corpus)), stress=args.stress, upstream=args.upstream, confirm=args.confirm,
+        isolated=not args.in_process, example_timeout=args.example_timeout, max_restarts=args.max_restarts,
+        workers=args.workers, pieces=args.pieces, shard=args.shard, profile=args.profile)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fuzz.devices import resolve_devices
-    from fuzz.isolation import Isolation
     from fuzz.plan import parse_shard, plan
-    from fuzz.report import progress_printer
-    from fuzz.runner import RunOptions, fuzz_all
     from fuzz.targets import lookup
     from fuzz.triage import load_known_issues
 
@@ -221,74 +256,125 @@ def cmd_run(args: argparse.Namespace) -> int:
     targets = lookup(args.target)
     devices = resolve_devices(args.device)
     shard = parse_shard(args.shard)
-    corpus = Path(args.corpus)
-    outputs = {name: Path(value) for name in ("report", "markdown", "junit") if (value := getattr(args, name))}
-    _check_paths(corpus, outputs)
-    known = load_known_issues(Path(args.known_issues)) if args.known_issues else []
+    known = load_known_issues(Path(args.known_issues), known_targets()) if args.known_issues else []
     seed = args.seed if args.seed is not None else random.randrange(2**32)
-    builtin = _builtin_names()
-    module_of = lambda t: None if t.name in builtin else _module_of(t)  # noqa: E731
-    options = RunOptions(
-        devices=devices, seed=seed, contract=args.contract, max_examples=args.max_examples, budget=args.budget,
-        corpus=corpus, stress=args.stress, upstream=args.upstream, target_module=module_of,
-        progress=None if args.quiet else progress_printer(),
-    )
-    isolation = None if args.in_process else Isolation(example_timeout=args.example_timeout,
-                                                       max_restarts=args.max_restarts, workdir=corpus / "journal")
     items = plan(targets, seed=seed, pieces=args.pieces, max_examples=args.max_examples, shard=shard)
+    if not items:
+        planned = len(targets) * args.pieces
+        raise UsageError(f"--shard {args.shard} leaves no item: the run plans {planned} (targets x --pieces); "
+                         f"use a shard count of at most {planned}, or more --pieces")
     _check_budget(args.budget, len(items), args.workers)
+    outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit})
+    corpus = check_corpus(args.corpus)
+    config = run_config(args, devices, seed)
     if "cuda" not in devices:
         print("[fuzz] sync counting skipped: no CUDA device in this run (syncs are a GPU-only oracle)", file=sys.stderr)
+    from fuzz.model import Interrupted
+    from fuzz.orchestrate import stop_on_signals
+
+    started = time.monotonic()
+    # Confirmation replays fit inside --budget: the fuzzing gets the rest.
+    seconds = None if args.budget is None else args.budget * (1 - CONFIRM_SHARE if args.confirm else 1)
+    try:
+        with stop_on_signals():
+            entries = _fuzz(args, targets, items, config, corpus, seconds)
+    except Interrupted as stop:
+        return _finish_interrupted(stop, config, outputs)
+    if not args.quiet:
+        from fuzz.orchestrate import announce_entry
+
+        for entry in entries:  # per target, all its items together
+            announce_entry(entry)
+    until = None if args.budget is None else started + args.budget
+    return _finish(entries, config, known, outputs, until)
+
+
+def _fuzz(args: argparse.Namespace, targets: list, items: list, config: RunConfig, corpus: Path,
+          seconds: float | None) -> list[TargetEntry]:
+    """The fuzzing phase: items in pytest-xdist workers, or one after another here."""
     if args.workers > 1:
         from fuzz.workers import run_with_xdist
 
-        modules = {module_of(t) for t in targets} - {None}
-        entries = run_with_xdist(items, options, isolation, args.workers, next(iter(modules), None))
-    else:
-        entries = fuzz_all(targets, options, isolation, items)
-    run_info = {"seed": seed, "contract": args.contract, "devices": list(devices), "profile": args.profile,
-                "max_examples": args.max_examples, "budget": args.budget, "corpus": str(corpus),
-                "workers": args.workers, "pieces": args.pieces, "shard": args.shard, "stress": args.stress,
-                "upstream": args.upstream,
-                "targets": [t.name for t in targets]}
-    return _finish(entries, run_info, known, args.confirm, outputs)
+        return run_with_xdist(items, config, seconds, journal_folder(corpus), show_items=not args.quiet)
+    from fuzz.config import Hooks
+    from fuzz.isolation import Isolation
+    from fuzz.orchestrate import fuzz_all
+    from fuzz.report import item_line, progress_line, show_worker_line
+
+    live = sys.stderr.isatty()
+    hooks = Hooks()
+    if not args.quiet:
+        hooks = Hooks(progress=(lambda outcome: show_worker_line(progress_line(outcome), sys.stderr, live)),
+                      item_done=lambda item, entry: show_worker_line(item_line(item.key, entry), sys.stderr, live))
+    isolation = Isolation(workdir=journal_folder(corpus), progress=not args.quiet) if config.isolated else None
+    return fuzz_all(targets, config, hooks, isolation, items, seconds=seconds)
 
 
-def _finish(entries: list[dict], run_info: dict, known: list[dict], confirm_runs: int,
-            outputs: dict[str, Path]) -> int:
-    """Confirm and triage failures, print the summary, write every output."""
-    from fuzz.report import failure_lines, report_json, summary_table
-    from fuzz.triage import confirm, mark_known, unaccepted
+def journal_folder(corpus: Path) -> Path:
+    """This run's own journal folder in the corpus: runs sharing a corpus never
+    read each other's journals or results (the example database and failures/
+    are shared on purpose: saves there are atomic)."""
+    return corpus / "journal" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
-    confirm(entries, confirm_runs)
-    mark_known(entries, known, run_info["contract"])
-    failed = bool(unaccepted(entries))
-    broken = any(e["fuzzer_error"] for e in entries)
-    exit_code = EXIT_USAGE if broken else EXIT_FAILURE if failed else EXIT_OK
-    print(summary_table(entries))
-    for line in failure_lines(entries):
+
+def _finish_interrupted(stop: Any, config: RunConfig, outputs: dict[str, Path]) -> int:
+    """A partial report of the items that finished (no confirmation: no time)."""
+    from fuzz.report import failure_lines, summary_table
+    from fuzz.versions import versions
+
+    report = Report(tuple(stop.entries), run=config.to_json(), versions=versions(), interrupted=stop.signal_name)
+    print(summary_table(report.targets))
+    for line in failure_lines(report.targets):
         print(line)
-    seed = run_info["seed"]
-    print(f"seed {seed}, contract {run_info['contract']}, devices {','.join(run_info['devices'])}"
-          + (f"; rerun with --seed {seed} to repeat" if failed else ""))
-    report = report_json(entries, run=run_info, exit_code=exit_code)
-    _write_outputs(report, outputs)
+    print(f"interrupted by {stop.signal_name}: the report holds the {len(report.targets)} target(s) whose items "
+          "finished; saved failures and the example database are kept", file=sys.stderr)
+    _write_outputs(report, outputs, Path(config.corpus) / "reports" if config.corpus else None)
+    return report.exit_code()
+
+
+def _finish(entries: list[TargetEntry], config: RunConfig, known: list[dict], outputs: dict[str, Path],
+            confirm_until: float | None = None) -> int:
+    """Confirm and triage failures, print the summary, write every output."""
+    from fuzz.report import failure_lines, summary_table
+    from fuzz.triage import confirm, mark_known
+    from fuzz.versions import versions
+
+    entries = mark_known(confirm(entries, config.confirm, confirm_until), known, config.contract)
+    report = Report(tuple(entries), run=config.to_json(), versions=versions())
+    exit_code = report.exit_code()
+    print(summary_table(report.targets))
+    for line in failure_lines(report.targets):
+        print(line)
+    unconfirmed = [f for _, f in report.new_failures() if f.repro and f.confirmed is None]
+    if config.confirm and unconfirmed:
+        print(f"note: {len(unconfirmed)} failure(s) not confirmed by fresh replays: the --budget ran out first "
+              "(replay them with python -m fuzz replay)")
+    print(f"seed {config.seed}, contract {config.contract}, devices {','.join(config.devices)}"
+          + (f"; rerun with --seed {config.seed} to repeat" if exit_code == EXIT_FAILURE else "")
+          + ("; incomplete: some target ran no example (exit 3)" if exit_code == EXIT_INCOMPLETE else ""))
+    if not _write_outputs(report, outputs, Path(config.corpus) / "reports" if config.corpus else None):
+        return exit_code if exit_code != EXIT_OK else EXIT_USAGE  # clean, but not where it was asked for
     return exit_code
 
 
-def _write_outputs(report: dict, outputs: dict[str, Path]) -> None:
+def _write_outputs(report: Report, outputs: dict[str, Path], fallback: Path | None = None) -> bool:
+    """Write each output asked for; False if one had to go to a fallback path (said on stderr)."""
     from fuzz.formats import junit_xml, markdown
-    from fuzz.report import write_json, write_text
+    from fuzz.outputs import write_json, write_text
+    from fuzz.preflight import write_or_fall_back
 
-    if "report" in outputs:
-        write_json(outputs["report"], report)
-        print(f"report: {outputs['report']}")
-    if "markdown" in outputs:
-        write_text(outputs["markdown"], markdown(report))
-        print(f"markdown: {outputs['markdown']}")
-    if "junit" in outputs:
-        write_text(outputs["junit"], junit_xml(report))
-        print(f"junit: {outputs['junit']}")
+    writers = {"report": lambda p: write_json(p, report.to_json()),
+               "markdown": lambda p: write_text(p, markdown(report)),
+               "junit": lambda p: write_text(p, junit_xml(report))}
+    where_asked = True
+    for name, path in outputs.items():
+        written = write_or_fall_back(path, writers[name], fallback)
+        if written != path:
+            where_asked = False
+            print(f"fuzz: error: could not write {name} {str(path)!r}; it was saved to {str(written)!r} instead",
+                  file=sys.stderr)
+        print(f"{name}: {written}")
+    return where_asked
 
 
 def _to_kill(examples: dict | None) -> str:
@@ -297,14 +383,14 @@ def _to_kill(examples: dict | None) -> str:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from fuzz.devices import resolve_devices
-    from fuzz.report import write_json
-    from fuzz.runner import RunOptions
+    from fuzz.outputs import write_json
     from fuzz.selftest import load_equivalents, selftest_target
     from fuzz.targets import lookup
 
     targets = lookup(args.target)
-    options = RunOptions(devices=resolve_devices(args.device), seed=args.seed, max_examples=args.max_examples,
-                         contract=args.contract)
+    json_out = check_output("--json", args.json) if args.json is not None else None
+    options = RunConfig(devices=resolve_devices(args.device), seed=args.seed, max_examples=args.max_examples,
+                        contract=args.contract, isolated=False)
     equivalents = load_equivalents()
     results = []
     print(f"{'target':34} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9} "
@@ -317,70 +403,56 @@ def cmd_selftest(args: argparse.Namespace) -> int:
               flush=True)
         for survivor in result["survived"]:
             print(f"    survived {survivor['mutant']}: {survivor['code']}")
-    if args.json:
-        write_json(Path(args.json), {"devices": list(options.devices), "max_examples": args.max_examples,
-                                     "results": results})
+    if json_out:
+        write_json(json_out, {"devices": list(options.devices), "max_examples": args.max_examples,
+                              "results": results})
     low = [r for r in results if args.min_kill_rate is not None and r["kill_rate"] < args.min_kill_rate]
+    for result in low:
+        print(f"KILL RATE BELOW {args.min_kill_rate:g}: {result['target']} {result['kill_rate']:.1%}")
     return EXIT_FAILURE if low else EXIT_OK
 
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
-    from fuzz.merge import merge_reports
+    from fuzz.merge import merge_reports, read_report
     from fuzz.report import summary_table
 
-    reports = []
-    for name in args.inputs:
-        try:
-            reports.append(json.loads(Path(name).read_text()))
-        except FileNotFoundError:
-            raise UsageError(f"report {name!r} does not exist") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UsageError(f"report {name!r} is not valid JSON ({exc})") from None
-        if not isinstance(reports[-1], dict):
-            raise UsageError(f"report {name!r} is not a syncfuzz report (a JSON object)")
-    outputs = {"report": Path(args.output)}
-    outputs.update({name: Path(value) for name in ("markdown", "junit") if (value := getattr(args, name))})
-    _check_paths(None, outputs)
-    merged = merge_reports(reports)
-    print(summary_table(merged["targets"]))
-    _write_outputs(merged, outputs)
-    return merged["exit_code"]
-
-
-def _builtin_names() -> set[str]:
-    from fuzz.catalog import TARGETS
-
-    return {t.name for t in TARGETS}
-
-
-def _module_of(target: object) -> str | None:
-    """The plug-in module (SYNCFUZZ_TARGET_MODULES) that registered ``target``;
-    saved in repro files so a replay finds the target without the variable."""
-    import importlib
-
-    from fuzz.targets import _extra_modules
-
-    for name in _extra_modules():
-        if any(getattr(t, "name", None) == getattr(target, "name", "") for t in importlib.import_module(name).TARGETS):
-            return name
-    return None
+    outputs = check_outputs({"report": args.output, "markdown": args.markdown, "junit": args.junit})
+    merged = merge_reports([read_report(name) for name in args.inputs])
+    print(summary_table(merged.targets))
+    if not _write_outputs(merged, outputs):
+        return merged.exit_code() if merged.exit_code() != EXIT_OK else EXIT_USAGE
+    return merged.exit_code()
 
 
 CUDA_ONLY_VERDICTS = {"sync-regression": "GPU<->CPU syncs exist only on CUDA",
                       "crash": "a device-side assert happens only on CUDA"}
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    from fuzz.repro import load_repro
-    from fuzz.replay import replay_file
+def _say_which_code(saved: dict) -> None:
+    """Name the code tree and versions this replay runs, and what differs from the run that saved it."""
+    from fuzz.versions import versions
 
-    saved = load_repro(args.file)
+    now, then = versions(), saved.get("versions") or {}
+    print(f"replaying with syncfuzz {now['syncfuzz']} from {now['root']} (code {now['code_sha256']}), "
+          f"torch {now['torch']}")
+    differ = [f"{key} {then[key]} -> {now.get(key)}" for key in ("root", "code_sha256", "syncfuzz", "torch")
+              if then.get(key) and then.get(key) != now.get(key)]
+    if differ:
+        print(f"warning: not the code that saved this failure ({'; '.join(differ)}); a different outcome may "
+              "come from that")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from fuzz.replay import check_replayable, replay_file
+
+    saved, _ = check_replayable(args.file)
     why = CUDA_ONLY_VERDICTS.get(saved["verdict"])
     if args.device == "cpu" and saved["device"].startswith("cuda") and why:
         print(f"note: this {saved['verdict']} was saved on {saved['device']} and needs a GPU to reproduce ({why}); "
               "replaying on the CPU checks the values only")
     elif args.device and args.device != saved["device"]:
         print(f"note: saved on {saved['device']}, replaying on {args.device} as asked")
+    _say_which_code(saved)
     result = replay_file(args.file, args.device)
     if result.crashed:
         print(f"{result.verdict.upper()} reproduced on {result.device} for {args.file}: {result.crashed}")

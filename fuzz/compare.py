@@ -25,7 +25,6 @@ be bitwise equal; floats use ``assert_close`` (or bitwise under ``exact``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Iterator
 
 import numpy as np
@@ -33,35 +32,7 @@ import torch
 
 from fuzz.outcome import SideResult
 from fuzz.targets import Comparison
-
-
-class Verdict(str, Enum):
-    AGREE = "agree"
-    DIVERGENCE = "divergence"
-    ERROR_MISMATCH = "error-mismatch"
-    SYNC_REGRESSION = "sync-regression"
-    CRASH = "crash"
-    HANG = "hang"
-    UPSTREAM_DIVERGENCE = "upstream-divergence"
-
-    @property
-    def severity(self) -> int:
-        return _SEVERITY[self]
-
-    @property
-    def failed(self) -> bool:
-        return self is not Verdict.AGREE
-
-
-_SEVERITY = {
-    Verdict.AGREE: 0,
-    Verdict.SYNC_REGRESSION: 1,
-    Verdict.UPSTREAM_DIVERGENCE: 2,
-    Verdict.ERROR_MISMATCH: 2,
-    Verdict.DIVERGENCE: 3,
-    Verdict.HANG: 4,
-    Verdict.CRASH: 4,
-}
+from fuzz.verdicts import Verdict
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,15 @@ from dataclasses import dataclass
 import torch
 
 from fuzz.compare import Mismatch, Verdict, judge
+from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError
+from fuzz.model import failure_signature
 from fuzz.outcome import Raised, SideResult
 from fuzz.stress import call_under_stress
 from fuzz.syncs import counting_syncs
 from fuzz.targets import Target
+
+DEFAULT_CONFIG = RunConfig()
 
 
 @dataclass
@@ -33,16 +37,11 @@ class ExampleResult:
         return self.spec["device"]
 
     @property
-    def signature(self) -> tuple:
-        """What makes two failures the same bug: verdict, the first leaf where
-        the outputs differ and the exception types -- not the values or
-        messages, nor every other leaf one root cause also changed."""
-        return (
-            self.verdict.value,
-            tuple((m.path, m.what) for m in self.mismatches[:1]),
-            self.legacy.raised.type_name if self.legacy.raised else None,
-            self.optimized.raised.type_name if self.optimized.raised else None,
-        )
+    def signature(self) -> str:
+        """The same-bug rule of the report model (fuzz.model.failure_signature)."""
+        return failure_signature(self.verdict.value, [m.as_json() for m in self.mismatches], {
+            "legacy": self.legacy.raised.type_name if self.legacy.raised else None,
+            "optimized": self.optimized.raised.type_name if self.optimized.raised else None})
 
 
 class CudaContextLost(FuzzError):
@@ -59,7 +58,8 @@ class CudaContextLost(FuzzError):
 def _is_fatal_cuda_error(exc: BaseException) -> bool:
     text = str(exc)
     accelerator_error = getattr(torch, "AcceleratorError", ())
-    return (accelerator_error and isinstance(exc, accelerator_error)) or "CUDA error" in text or "device-side assert" in text
+    return ((accelerator_error and isinstance(exc, accelerator_error))
+            or "CUDA error" in text or "device-side assert" in text)
 
 
 def _raise_if_context_lost(side: str, exc: BaseException | None) -> None:
@@ -79,7 +79,7 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     # poisoning of host inputs) does may reach the spec that is saved and replayed.
     spec = copy.deepcopy(spec)
     try:
-        thunk = target.input_model().materialize(spec, impl)
+        thunk = target.input_model().materialize(spec, impl, side)
     except Exception as exc:  # a strategy bug, not a verdict
         raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
     on_cuda = spec["device"].startswith("cuda")
@@ -93,7 +93,7 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     with counting_syncs(on_cuda and not stress) as tally:
         try:
             result.value = call_under_stress(thunk, on_cuda) if stress else thunk()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- exceptions are outputs: recorded and compared
             result.raised, error = Raised.of(exc), exc
     if on_cuda:
         _raise_if_context_lost(side, error)
@@ -102,18 +102,19 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     return result
 
 
-def run_example(target: Target, spec: dict, stress: bool = False, contract: str = "caller",
-                upstream: bool = False) -> ExampleResult:
-    """Both sides on fresh inputs; under ``stress`` the optimized side runs
-    behind a sleeping stream with its host inputs poisoned on return. Under
-    ``upstream`` the real vllm function runs too and must match our optimized copy."""
+def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) -> ExampleResult:
+    """Both sides on fresh inputs, as ``config`` says: under ``stress`` the
+    optimized side runs behind a sleeping stream with its host inputs poisoned
+    on return; under ``upstream`` (and a target that kept its ``upstream_impl``,
+    see fuzz.upstream.with_upstream) the real vllm function runs too and must
+    match our optimized copy."""
     legacy = run_side(target, "legacy", spec)
-    optimized = run_side(target, "optimized", spec, stress=stress)
+    optimized = run_side(target, "optimized", spec, stress=config.stress)
     expected = target.syncs_allowed(spec) if spec["device"].startswith("cuda") else None
-    verdict, mismatches = judge(legacy, optimized, target.comparison, expected, contract)
-    if upstream and target.upstream_impl and not verdict.failed:
+    verdict, mismatches = judge(legacy, optimized, target.comparison, expected, config.contract)
+    if config.upstream and target.upstream_impl and not verdict.failed:
         real = run_side(target, "upstream", spec)
-        third, differences = judge(optimized, real, target.comparison, None, contract)
+        third, differences = judge(optimized, real, target.comparison, None, config.contract)
         if third.failed:
             verdict = Verdict.UPSTREAM_DIVERGENCE
             mismatches = [Mismatch(m.path, m.what, "optimized copy vs real vllm: " + m.detail.replace(

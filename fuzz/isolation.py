@@ -30,15 +30,19 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, TextIO
 
-from fuzz.compare import Verdict
-from fuzz.merge import merge_entry
-from fuzz.report import failure_entry, outcome_entry, worst, write_json
+from fuzz.config import Hooks, RunConfig
+from fuzz.errors import HarnessError
+from fuzz.model import DeviceTally, TargetEntry
+from fuzz.outputs import write_json
+from fuzz.report import PROGRESS_MARK, progress_printer, show_worker_line
 from fuzz.repro import repro_payload, save_repro
-from fuzz.runner import RunOptions, TargetOutcome, crash_result, fuzz_target
+from fuzz.runner import TargetOutcome, crash_result, failure_of, fuzz_target
 from fuzz.targets import Target, lookup
+from fuzz.verdicts import Verdict
 
 EXIT_CONTEXT_LOST = 86
 STARTUP_ALLOWANCE = 120.0  # seconds for a worker to import torch and reach its first example
@@ -47,16 +51,19 @@ SNAPSHOT_EVERY = 2.0  # seconds between outcome snapshots in the journal
 
 @dataclass
 class Isolation:
-    example_timeout: float = 120.0
-    max_restarts: int = 3  # per target: one that keeps crashing must not eat the run
+    """Where a run's worker processes keep their files, and the live worker.
+    The watchdog and restart limits are the run's (RunConfig.example_timeout,
+    .max_restarts)."""
+
     workdir: Path | None = None  # journals and results; a temporary folder if None
     env: dict[str, str] | None = None  # extra environment for workers (e.g. CUDA_VISIBLE_DEVICES)
+    progress: bool = True  # echo the workers' status lines (redrawn on a terminal); False: --quiet
     _process: "WorkerProcess | None" = field(default=None, init=False, repr=False, compare=False)
 
     def worker(self) -> "WorkerProcess":
         """The live worker process, started if there is none."""
         if self._process is None or not self._process.alive:
-            self._process = WorkerProcess(self.env)
+            self._process = WorkerProcess(self.env, self.progress)
         return self._process
 
     def discard_worker(self) -> None:
@@ -82,10 +89,23 @@ def _serve() -> int:
     return 0
 
 
+def job_args(target: str, config: RunConfig, *, first_chunk: int, ends_at: float | None, journal: Path,
+             result: Path) -> dict:
+    """One job for the worker: the whole run config plus this job's own facts."""
+    return {"target": target, "config": config.to_json(), "first_chunk": first_chunk, "ends_at": ends_at,
+            "journal": str(journal), "result": str(result)}
+
+
+def job_config(args: dict) -> tuple[Target, RunConfig]:
+    """The worker's reading of a job: the config exactly as sent."""
+    config = RunConfig.from_json(args["config"], "worker job")
+    (target,) = lookup([args["target"]], config.target_modules)
+    return target, config
+
+
 def _run_job(args_path: str) -> None:
     args = json.loads(Path(args_path).read_text())
-    extra = [args["target_module"]] if args.get("target_module") else []
-    (target,) = lookup([args["target"]], extra)
+    target, config = job_config(args)
     journal = Path(args["journal"])
     last_snapshot = [0.0]
 
@@ -96,7 +116,7 @@ def _run_job(args_path: str) -> None:
         # in budgeted runs, whose short items are always young.
         if force or time.monotonic() - last_snapshot[0] > SNAPSHOT_EVERY:
             last_snapshot[0] = time.monotonic()
-            write_json(journal.with_suffix(".snapshot.json"), outcome_entry(outcome))
+            write_json(journal.with_suffix(".snapshot.json"), outcome.entry().to_json())
 
     journal_fd = os.open(journal, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
 
@@ -124,27 +144,15 @@ def _run_job(args_path: str) -> None:
     # The deadline travels as wall-clock time: the worker's own start-up (a
     # fresh one's torch import and CUDA context) is inside the budget, not added to it.
     deadline = None if args.get("ends_at") is None else time.monotonic() + (args["ends_at"] - time.time())
-    options = RunOptions(
-        devices=tuple(args["devices"]), seed=args["seed"], contract=args["contract"],
-        max_examples=args.get("max_examples"), budget=args.get("budget"),
-        corpus=Path(args["corpus"]) if args.get("corpus") else None,
-        target_module=lambda t: args.get("target_module"), first_chunk=args["first_chunk"],
-        stress=args.get("stress", False), upstream=args.get("upstream", False),
-        before_example=before_example, after_chunk=lambda o: snapshot(o, force=True),
-        on_context_lost=on_context_lost,
-        progress=_progress_to_stderr(),
-    )
+    hooks = Hooks(progress=progress_printer(sys.stderr), before_example=before_example,
+                  after_chunk=lambda o: snapshot(o, force=True), on_context_lost=on_context_lost)
     try:
-        outcome = fuzz_target(target, options, deadline)
+        outcome = fuzz_target(target, config, deadline, hooks, first_chunk=args["first_chunk"])
     finally:
         os.close(journal_fd)
-    write_json(Path(args["result"]), outcome_entry(outcome))
-
-
-def _progress_to_stderr():
-    from fuzz.report import progress_printer
-
-    return progress_printer(sys.stderr)
+    # The config as the worker read it goes back with the result: the parent
+    # checks that nothing was lost on the way.
+    write_json(Path(args["result"]), {"config": config.to_json(), "entry": outcome.entry().to_json()})
 
 
 # ---------------------------------------------------------------- parent side
@@ -159,85 +167,68 @@ def _death(returncode: int) -> str:
     return f"worker exited with status {returncode}"
 
 
-def _pump(stream, keep: deque) -> None:
-    """Echo a worker's stderr (progress lines) and keep its tail for crash reports."""
+def _pump(stream: TextIO, keep: deque, progress: bool) -> None:
+    """Echo a worker's stderr (status lines, what the code under test prints)
+    and keep its tail for crash reports."""
+    live = sys.stderr.isatty()
     for line in iter(stream.readline, ""):
         keep.append(line.rstrip())
-        sys.stderr.write(line)
+        if progress or not line.startswith(PROGRESS_MARK):
+            show_worker_line(line, sys.stderr, live)
     stream.close()
 
 
-def fuzz_isolated(target: Target, options: RunOptions, deadline: float | None, isolation: Isolation) -> dict:
-    """Fuzz ``target`` in worker processes; return its report entry."""
+def fuzz_isolated(target: Target, config: RunConfig, deadline: float | None, isolation: Isolation) -> TargetEntry:
+    """Fuzz ``target`` in worker processes; return its entry."""
     workdir = isolation.workdir or Path(tempfile.mkdtemp(prefix="syncfuzz-"))
     workdir.mkdir(parents=True, exist_ok=True)
     journal = workdir / f"{target.name}.journal.json"
-    total: dict | None = None
-    seen_crashes: set[tuple[str, str]] = set()
-    for attempt in range(isolation.max_restarts + 1):
-        done = total["examples"] if total else 0
-        if options.max_examples is not None and total and done >= options.max_examples:
+    result = workdir / f"{target.name}.result.json"
+    total: TargetEntry | None = None
+    for attempt in range(config.max_restarts + 1):
+        done = total.examples if total else 0
+        if config.max_examples is not None and total and done >= config.max_examples:
             break
         if deadline is not None and total and time.monotonic() >= deadline:
             break
-        for stale in (journal, journal.with_suffix(".snapshot.json"), workdir / f"{target.name}.result.json"):
+        for stale in (journal, journal.with_suffix(".snapshot.json"), result):
             stale.unlink(missing_ok=True)
-        args = {
-            "target": target.name, "target_module": options.target_module(target),
-            "devices": list(options.devices), "seed": options.seed, "contract": options.contract,
-            "max_examples": None if options.max_examples is None else options.max_examples - done,
-            "budget": options.budget, "ends_at": None if deadline is None else time.time() + (deadline - time.monotonic()),
-            "corpus": str(options.corpus) if options.corpus else None,
-            "journal": str(journal), "result": str(workdir / f"{target.name}.result.json"),
-            "first_chunk": attempt * 1_000_000, "stress": options.stress, "upstream": options.upstream,
-        }
+        job_config = config if config.max_examples is None else config.replace(max_examples=config.max_examples - done)
+        args = job_args(target.name, job_config, first_chunk=attempt * 1_000_000, journal=journal, result=result,
+                        ends_at=None if deadline is None else time.time() + (deadline - time.monotonic()))
         args_path = workdir / f"{target.name}.args.json"
         args_path.write_text(json.dumps(args))
-        part, crash = _run_worker(args_path, journal, workdir / f"{target.name}.result.json", isolation)
-        total = merge_entry(total, part)
+        part, crash = _run_worker(args_path, target, job_config, journal, result, isolation)
+        total = part if total is None else total + part
         if crash is None:
             break
         spec, verdict, detail = crash
-        more = attempt < isolation.max_restarts
+        more = attempt < config.max_restarts
         sys.stderr.write(f"[fuzz] {target.name}: {verdict.value} ({detail})"
                          + ("; starting a fresh worker\n" if more else "; no restarts left for this target\n"))
-        signature = (verdict.value, detail.split(";")[0])
-        if signature in seen_crashes:
-            _count_crash(total, spec, verdict)  # the same crash again: counted, saved once
-            continue
-        seen_crashes.add(signature)
-        failure = crash_result(spec, detail, verdict)
-        path = None
-        if options.corpus is not None:
-            payload = repro_payload(target, failure, seed=options.seed, contract=options.contract,
-                                    target_module=options.target_module(target), stress=options.stress)
-            payload["example_timeout"] = isolation.example_timeout
-            path = save_repro(options.corpus / "failures", payload)
-        total["failures"].append(failure_entry(failure, path))
-        _count_crash(total, spec, verdict)
+        total = total + _crash_entry(target, config, total, crash_result(spec, detail, verdict))
     assert total is not None
-    total["verdict"] = "skipped" if total["skipped"] else (
-        "fuzzer-error" if total["fuzzer_error"] else worst(f["verdict"] for f in total["failures"]))
     return total
 
 
-def _count_crash(total: dict, spec: dict, verdict: Verdict) -> None:
-    total["examples"] += 1
-    empty = {"legacy": {}, "optimized": {}}
-    tally = total["by_device"].setdefault(spec["device"], {"examples": 0, "verdicts": {}, "both_raised": 0,
-                                                            "syncs_per_call": dict(empty),
-                                                            "hidden_syncs_per_call": dict(empty)})
-    tally["examples"] += 1
-    tally["verdicts"][verdict.value] = tally["verdicts"].get(verdict.value, 0) + 1
-    if total["first_failure_at"] is None:
-        total["first_failure_at"] = total["examples"]
+def _crash_entry(target: Target, config: RunConfig, total: TargetEntry, crash: Any) -> TargetEntry:
+    """A dead worker's example as an entry: counted, and saved the first time it is seen."""
+    failure = failure_of(crash)
+    if failure.signature not in {f.signature for f in total.failures} and config.corpus is not None:
+        path = save_repro(Path(config.corpus) / "failures", repro_payload(target, crash, config))
+        failure = failure_of(crash, path)
+    tally = DeviceTally(examples=1, verdicts={crash.verdict.value: 1})
+    return TargetEntry(name=target.name, upstream=tuple(target.upstream), devices=(crash.device,),
+                       expected_optimized_syncs=target.expected_optimized_syncs,
+                       by_device={crash.device: tally}, failures=(failure,),
+                       first_failure_at=total.examples + 1)
 
 
 class WorkerProcess:
     """One persistent worker: jobs go in on stdin, "done" lines come back on
     stdout, stderr is echoed (progress) and its tail kept for crash reports."""
 
-    def __init__(self, env: dict[str, str] | None) -> None:
+    def __init__(self, env: dict[str, str] | None, progress: bool = True) -> None:
         full_env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[1])
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, full_env.get("PYTHONPATH")]))
@@ -249,7 +240,7 @@ class WorkerProcess:
                                         text=True, bufsize=1, start_new_session=True)
         self.tail: deque = deque(maxlen=20)
         self.answers: queue.Queue = queue.Queue()
-        threading.Thread(target=_pump, args=(self.process.stderr, self.tail), daemon=True).start()
+        threading.Thread(target=_pump, args=(self.process.stderr, self.tail, progress), daemon=True).start()
         threading.Thread(target=self._read_answers, daemon=True).start()
 
     def _read_answers(self) -> None:
@@ -281,8 +272,8 @@ class WorkerProcess:
         self.process.wait()
 
 
-def _run_worker(args_path: Path, journal: Path, result: Path,
-                isolation: Isolation) -> tuple[dict, tuple[dict, Verdict, str] | None]:
+def _run_worker(args_path: Path, target: Target, config: RunConfig, journal: Path, result: Path,
+                isolation: Isolation) -> tuple[TargetEntry, tuple[dict, Verdict, str] | None]:
     worker = isolation.worker()
     try:
         worker.submit(args_path)
@@ -298,14 +289,14 @@ def _run_worker(args_path: Path, journal: Path, result: Path,
         if answer is None or answer == f"done {args_path}":
             break
         started = _journal(journal).get("started") or started  # keep the last good reading
-        limit = isolation.example_timeout if started else STARTUP_ALLOWANCE
+        limit = config.example_timeout if started else STARTUP_ALLOWANCE
         if time.time() - (started or submitted) > limit:
             hung = True
             break
     if hung:
         isolation.discard_worker()
     elif answer is not None and result.exists():
-        return json.loads(result.read_text()), None
+        return _read_result(result, config), None
     else:
         worker.process.wait()
         _drain(worker)
@@ -313,15 +304,15 @@ def _run_worker(args_path: Path, journal: Path, result: Path,
     returncode = worker.process.returncode
     tail = worker.tail
     snapshot = journal.with_suffix(".snapshot.json")
-    part = json.loads(snapshot.read_text()) if snapshot.exists() else _empty_entry(args_path)
+    part = (TargetEntry.from_json(json.loads(snapshot.read_text()), "worker snapshot") if snapshot.exists()
+            else TargetOutcome(target, tuple(d for d in config.devices if d in target.devices)).entry())
     record = _journal(journal)
     if "spec" not in record:
         # Nothing ran: an import or set-up failure is the fuzzer's, not a verdict.
-        part["fuzzer_error"] = (f"worker died before its first example ({_death(returncode)}): "
-                                f"{tail[-1] if tail else '(no output)'}")
-        return part, None
+        return replace(part, fuzzer_error=f"worker died before its first example ({_death(returncode)}): "
+                                          f"{tail[-1] if tail else '(no output)'}"), None
     if hung:
-        return part, (record["spec"], Verdict.HANG, f"example ran past the {isolation.example_timeout:g} s watchdog")
+        return part, (record["spec"], Verdict.HANG, f"example ran past the {config.example_timeout:g} s watchdog")
     if returncode == EXIT_CONTEXT_LOST and "fatal" in record:
         return part, (record["spec"], Verdict.CRASH, record["fatal"])
     last = next((line for line in reversed(tail) if line.strip()), "(no output)")
@@ -342,11 +333,12 @@ def _journal(path: Path) -> dict:
         return {}
 
 
-def _empty_entry(args_path: Path) -> dict:
-    args = json.loads(args_path.read_text())
-    extra = [args["target_module"]] if args.get("target_module") else []
-    (target,) = lookup([args["target"]], extra)
-    return outcome_entry(TargetOutcome(target, tuple(args["devices"])))
+def _read_result(path: Path, sent: RunConfig) -> TargetEntry:
+    data = json.loads(path.read_text())
+    if data["config"] != sent.to_json():
+        lost = sorted(k for k, v in sent.to_json().items() if data["config"].get(k) != v)
+        raise HarnessError(f"the worker ran with other settings than it was sent ({', '.join(lost)})")
+    return TargetEntry.from_json(data["entry"], "worker result")
 
 
 if __name__ == "__main__":

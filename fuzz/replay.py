@@ -2,25 +2,37 @@
 
 The parent validates the file and picks the device; a child process
 (``python -m fuzz.replay``) rebuilds the inputs from the saved spec, runs both
-sides once and prints the result as JSON. A child that dies (device-side
+sides once under the run config saved with the failure (contract, stress,
+``--upstream``: the same judgement as the run that found it) and prints the
+result as JSON. A child that dies (device-side
 assert, segfault) is reported as such instead of taking the caller down.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fuzz.compare import Verdict
+from fuzz.config import RunConfig
 from fuzz.devices import cuda_available
-from fuzz.errors import HarnessError, UsageError
-from fuzz.repro import load_repro
+from fuzz.errors import HarnessError, ReproFileError, UsageError
+from fuzz.repro import load_repro, repro_config
+from fuzz.targets import TARGET_MODULES_ENV
+from fuzz.targets import _extra_modules as extra_modules
+from fuzz.verdicts import Verdict
+
+STARTUP_ALLOWANCE = 120.0  # seconds for the child to import torch and build a CUDA context
 
 _RESULT_MARK = "SYNCFUZZ-REPLAY-RESULT "
+_STARTED_MARK = "SYNCFUZZ-REPLAY-STARTED"
 
 
 @dataclass
@@ -50,53 +62,113 @@ def choose_device(payload: dict, override: str | None) -> str:
     return device
 
 
-def replay_file(path: str, device_override: str | None = None, timeout: float | None = None) -> ReplayResult:
-    """Validate ``path`` here, run it in a child process, return what happened."""
-    payload = load_repro(path)
-    if timeout is None:
-        # A saved hang waits twice its watchdog; everything else up to 10 min.
-        saved = payload.get("example_timeout")
-        timeout = 2 * float(saved) if isinstance(saved, (int, float)) and saved > 0 else 600.0
+def check_replayable(path: str) -> tuple[dict, RunConfig]:
+    """The repro file and its run config, validated: its fields, its config,
+    the target it names and the module that registers it (trusted or refused)."""
     from fuzz.targets import lookup
 
-    extra = [payload["target_module"]] if payload.get("target_module") else []
-    lookup([payload["target"]], extra)  # unknown target: UsageError before spawning
+    payload = load_repro(path)
+    config = repro_config(payload, str(path))
+    lookup([payload["target"]], trusted_modules(payload, config, str(path)))  # unknown: UsageError
+    return payload, config
+
+
+def replay_file(path: str, device_override: str | None = None, timeout: float | None = None) -> ReplayResult:
+    """Validate ``path`` here, run it in a child process, return what happened.
+
+    Two clocks: the child has ``STARTUP_ALLOWANCE`` to import torch and build
+    its inputs (it says when it starts the example), then ``timeout`` for the
+    example itself -- twice the saved watchdog for a hang, else 10 minutes --
+    so a loaded host's slow start-up never replays a crash as a hang."""
+    payload, config = check_replayable(path)
+    if timeout is None:
+        timeout = 2 * config.example_timeout if payload["verdict"] == Verdict.HANG.value else 600.0
     device = choose_device(payload, device_override)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
-    try:
-        child = subprocess.run(
-            [sys.executable, "-m", "fuzz.replay", str(path), device],
-            capture_output=True, text=True, env=env, timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return ReplayResult(verdict="hang", device=device, mismatches=[], crashed=f"no result within {timeout:g} s")
-    for line in child.stdout.splitlines():
-        if line.startswith(_RESULT_MARK):
-            data = json.loads(line[len(_RESULT_MARK):])
-            if "fuzzer_error" in data:
-                raise HarnessError(data["fuzzer_error"])
-            if "crash" in data:
-                return ReplayResult(verdict="crash", device=device, mismatches=[], crashed=data["crash"])
-            return ReplayResult(verdict=data["verdict"], device=device, mismatches=data["mismatches"])
-    tail = (child.stderr.strip().splitlines() or ["(no output)"])[-1]
+    child = subprocess.Popen([sys.executable, "-m", "fuzz.replay", str(path), device], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    lines: queue.Queue = queue.Queue()
+    stderr: list[str] = []
+    threading.Thread(target=lambda: [lines.put(line) for line in child.stdout] + [lines.put(None)],
+                     daemon=True).start()
+    threading.Thread(target=lambda: stderr.extend(child.stderr), daemon=True).start()
+    result_line = _wait_for_result(lines, timeout)
+    if result_line is _TIMED_OUT:
+        child.kill()
+        child.wait()
+        return ReplayResult(verdict="hang", device=device, mismatches=[],
+                            crashed=f"no result within {timeout:g} s of starting the example")
+    child.wait()
+    if result_line is not None:
+        data = json.loads(result_line[len(_RESULT_MARK):])
+        if "invalid_input" in data:
+            raise ReproFileError(f"repro file {str(path)!r} is invalid: its input cannot be built for "
+                                 f"{payload['target']}: {data['invalid_input']}")
+        if "fuzzer_error" in data:
+            raise HarnessError(data["fuzzer_error"])
+        if "crash" in data:
+            return ReplayResult(verdict="crash", device=device, mismatches=[], crashed=data["crash"])
+        return ReplayResult(verdict=data["verdict"], device=device, mismatches=data["mismatches"])
+    time.sleep(0.05)  # let the stderr reader keep the dead child's last line
+    tail = ("".join(stderr).strip().splitlines() or ["(no output)"])[-1]
     how = f"signal {-child.returncode}" if child.returncode < 0 else f"exit code {child.returncode}"
     return ReplayResult(verdict="crash", device=device, mismatches=[], crashed=f"child process died with {how}: {tail}")
 
 
+_TIMED_OUT = object()
+
+
+def _wait_for_result(lines: queue.Queue, timeout: float) -> object:
+    """The child's result line, None if it ended without one, or _TIMED_OUT."""
+    deadline = time.monotonic() + STARTUP_ALLOWANCE
+    while True:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.0))
+        except queue.Empty:
+            return _TIMED_OUT
+        if line is None:
+            return None
+        if line.startswith(_STARTED_MARK):
+            deadline = time.monotonic() + timeout
+        elif line.startswith(_RESULT_MARK):
+            return line.rstrip("\n")
+
+
+def trusted_modules(payload: dict, config: RunConfig, source: str) -> list[str]:
+    """The plug-in modules a replay may import: those the file names, if this
+    environment trusts them (``SYNCFUZZ_TARGET_MODULES``). A repro file is
+    data: a module it names is never imported on its word alone."""
+    named = list(config.target_modules)
+    if payload.get("target_module") and payload["target_module"] not in named:
+        named.append(payload["target_module"])
+    trusted = set(extra_modules())
+    needed = payload.get("target_module")
+    if needed and needed not in trusted:
+        raise ReproFileError(f"repro file {source!r} needs target module {needed!r}, which this environment does not "
+                             f"trust; if it is yours, run with {TARGET_MODULES_ENV}={needed}")
+    return [m for m in named if m in trusted]
+
+
 def _child(path: str, device: str) -> int:
     from fuzz.execute import CudaContextLost, run_example
-    from fuzz.targets import lookup
-
     from fuzz.runner import single_threaded
+    from fuzz.targets import lookup
+    from fuzz.upstream import with_upstream
 
     single_threaded()
     payload = load_repro(path)
-    extra = [payload["target_module"]] if payload.get("target_module") else []
-    (target,) = lookup([payload["target"]], extra)
+    config = repro_config(payload, path)
+    (target,) = lookup([payload["target"]], trusted_modules(payload, config, path))
+    target, _ = with_upstream(target, config)
     spec = dict(payload["input"], device=device)
+    problem = unbuildable(target, spec)
+    if problem:
+        print(_RESULT_MARK + json.dumps({"invalid_input": problem}), flush=True)
+        return 0
+    print(_STARTED_MARK, flush=True)
     try:
-        result = run_example(target, spec, stress=bool(payload.get("stress")), contract=payload["contract"])
+        result = run_example(target, spec, config=config)
     except CudaContextLost as lost:
         print(_RESULT_MARK + json.dumps({"crash": f"CUDA context lost: {lost}"}), flush=True)
         return 0
@@ -106,6 +178,21 @@ def _child(path: str, device: str) -> int:
     data = {"verdict": result.verdict.value, "mismatches": [m.as_json() for m in result.mismatches]}
     print(_RESULT_MARK + json.dumps(data), flush=True)
     return 0
+
+
+def unbuildable(target: object, spec: dict) -> str | None:
+    """Why the target's input model cannot build inputs from ``spec`` (None: it can).
+
+    A saved spec was drawn by the input model, so one that it cannot build was
+    edited or written by another version: the file's problem, not a fuzzer bug.
+    """
+    model = target.input_model()  # type: ignore[attr-defined]
+    for side in ("legacy", "optimized"):
+        try:
+            model.materialize(copy.deepcopy(spec), target.impl(side), side)  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 -- any failure to build is the reason
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    return None
 
 
 if __name__ == "__main__":

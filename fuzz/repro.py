@@ -1,10 +1,12 @@
 """Saved failures: self-contained JSON repro files, never pickle.
 
 A repro holds the target name (and the module that registered it, for targets
-outside the catalog), the input *spec* Hypothesis shrank to, the seed and
-contract of the run, the device, the verdict, where the outputs differ, a
-summary of both outputs and the versions of everything involved. The spec is
-plain JSON, so replay rebuilds the exact tensors without unpickling anything.
+outside the catalog), the input *spec* Hypothesis shrank to, the whole
+``RunConfig`` of the run that found it (``config``: contract, stress,
+upstream, watchdog, ...; replay and ``--confirm`` rebuild exactly that run for
+this one input), the device, the verdict, where the outputs differ, a summary
+of both outputs and the versions of everything involved. The spec is plain
+JSON, so replay rebuilds the exact tensors without unpickling anything.
 """
 
 from __future__ import annotations
@@ -12,17 +14,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from fuzz.config import ConfigError, RunConfig
 from fuzz.errors import ReproFileError
 from fuzz.execute import ExampleResult
 from fuzz.outcome import SideResult
-from fuzz.targets import CONTRACTS, Target
+from fuzz.outputs import write_json
+from fuzz.targets import CONTRACTS, Target, all_targets
+from fuzz.verdicts import EXAMPLE_VERDICTS
 from fuzz.versions import versions
 
 REPRO_FORMAT = "syncfuzz-repro/1"
@@ -66,21 +70,33 @@ def side_summary(side: SideResult) -> dict:
     return out
 
 
-def repro_payload(target: Target, result: ExampleResult, *, seed: int | None, contract: str,
-                  target_module: str | None = None, flaky: bool = False, stress: bool = False) -> dict:
+def registering_module(name: str, modules: tuple[str, ...]) -> str | None:
+    """The plug-in module (of ``modules``) that registers target ``name``; None for the catalog's."""
+    from fuzz.catalog import TARGETS
+
+    if any(t.name == name for t in TARGETS):
+        return None
+    return next((m for m in modules if name in all_targets([m])), None)
+
+
+def repro_payload(target: Target, result: ExampleResult, config: RunConfig, flaky: bool = False) -> dict:
+    """A repro file's content. ``config`` is the run's (per item: its seed and share)."""
     return {
         "format": REPRO_FORMAT,
         "target": target.name,
-        "target_module": target_module,
+        "target_module": registering_module(target.name, config.target_modules),
         "upstream": list(target.upstream),
         "legacy": target.legacy,
         "optimized": target.optimized,
         "input": result.spec,
-        "seed": seed,
-        "contract": contract,
-        "stress": stress,
+        "config": config.to_json(),
+        # Also at the top for people reading the file (replay reads "config").
+        "seed": config.seed,
+        "contract": config.contract,
+        "stress": config.stress,
         "device": result.device,
         "verdict": result.verdict.value,
+        "signature": result.signature,
         "flaky": flaky,
         "mismatches": [m.as_json() for m in result.mismatches],
         "outputs": {"legacy": side_summary(result.legacy), "optimized": side_summary(result.optimized)},
@@ -92,16 +108,13 @@ def repro_payload(target: Target, result: ExampleResult, *, seed: int | None, co
 def save_repro(directory: Path, payload: dict) -> Path:
     """Write atomically under a content-derived name; never overwrite."""
     directory.mkdir(parents=True, exist_ok=True)
-    key = json.dumps([payload["target"], payload["input"], payload["verdict"]], sort_keys=True)
+    # One file per failure (model.failure_signature) and input.
+    key = json.dumps([payload["target"], payload["input"], payload["signature"]], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     path = directory / f"{payload['target']}-{payload['verdict']}-{digest}.json"
     if path.exists():
         return path  # the same failure, already saved
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(payload, handle, indent=2, sort_keys=False)
-        handle.write("\n")
-    os.replace(tmp, path)
+    write_json(path, payload)  # atomic: a reader sees the whole file or none
     return path
 
 
@@ -118,9 +131,11 @@ def load_repro(path: str | os.PathLike) -> dict:
     try:
         payload = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReproFileError(f"{str(file)!r} is not valid JSON ({exc}); was it truncated? re-run the fuzzer to save it again") from None
+        raise ReproFileError(f"{str(file)!r} is not valid JSON ({exc}); was it truncated? "
+                             "re-run the fuzzer to save it again") from None
     if not isinstance(payload, dict):
-        raise ReproFileError(f"{str(file)!r} holds JSON {type(payload).__name__}, expected an object with 'format': {REPRO_FORMAT!r}")
+        raise ReproFileError(f"{str(file)!r} holds JSON {type(payload).__name__}, "
+                             f"expected an object with 'format': {REPRO_FORMAT!r}")
     if payload.get("format") != REPRO_FORMAT:
         raise ReproFileError(f"{str(file)!r} has format {payload.get('format')!r}, expected {REPRO_FORMAT!r}")
     for key, kind in _REQUIRED.items():
@@ -130,7 +145,27 @@ def load_repro(path: str | os.PathLike) -> dict:
         raise ReproFileError(f"{str(file)!r}: field 'input' has no 'device' string")
     if payload["contract"] not in CONTRACTS:
         raise ReproFileError(f"{str(file)!r}: contract {payload['contract']!r} is not one of {', '.join(CONTRACTS)}")
+    if payload["verdict"] not in EXAMPLE_VERDICTS:
+        raise ReproFileError(f"{str(file)!r}: verdict {payload['verdict']!r} is not one of "
+                             f"{', '.join(sorted(EXAMPLE_VERDICTS))}")
     module = payload.get("target_module")
     if module is not None and not isinstance(module, str):
         raise ReproFileError(f"{str(file)!r}: field 'target_module' must be a string or null")
+    repro_config(payload, str(file))  # a bad config is the file's problem, found before anything runs
     return payload
+
+
+def repro_config(payload: dict, source: str = "repro file") -> RunConfig:
+    """The run that saved this failure. Files from before configs travelled
+    whole carry only their contract, stress flag, seed and watchdog."""
+    if "config" in payload:
+        try:
+            return RunConfig.from_json(payload["config"], f"{source!r}: field 'config'")
+        except ConfigError as exc:
+            raise ReproFileError(str(exc)) from None
+    module = payload.get("target_module")
+    timeout = payload.get("example_timeout")
+    return RunConfig(contract=payload["contract"], stress=bool(payload.get("stress")),
+                     seed=payload["seed"] if isinstance(payload.get("seed"), int) else 0,
+                     target_modules=(module,) if module else (),
+                     example_timeout=float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 120.0)

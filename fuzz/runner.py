@@ -7,6 +7,10 @@ example database lives in the corpus, so a known failure is replayed first on
 the next run. Under ``--budget`` a target runs in chunks of examples with
 seeds derived from the run seed until its share of the time is spent; past the
 share, remaining calls return at once so Hypothesis winds down quickly.
+
+This module fuzzes one target in this process and freezes what it saw into a
+``fuzz.model.TargetEntry``; which target runs next, where and for how long is
+``fuzz.orchestrate``'s (and ``fuzz.isolation``'s, ``fuzz.workers``').
 """
 
 from __future__ import annotations
@@ -14,29 +18,29 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 
-from fuzz.compare import Verdict
+from fuzz.compare import Mismatch
+from fuzz.config import NO_HOOKS, Hooks, RunConfig
 from fuzz.devices import devices_for
 from fuzz.errors import HarnessError
-from fuzz.compare import Mismatch
 from fuzz.execute import CudaContextLost, ExampleResult, run_example
+from fuzz.model import DeviceTally, Failure, TargetEntry
 from fuzz.outcome import SideResult
 from fuzz.repro import repro_payload, save_repro
 from fuzz.targets import Target
-
-if TYPE_CHECKING:  # fuzz.isolation and fuzz.plan import this module
-    from fuzz.isolation import Isolation
-    from fuzz.plan import Item
+from fuzz.upstream import with_upstream
+from fuzz.verdicts import Verdict, worst
 
 BUDGET_CHUNK = 100  # examples per Hypothesis call under --budget
-PROGRESS_EVERY = 5.0  # seconds between progress lines of a long-running target
+PROGRESS_EVERY = 1.0  # seconds between progress updates of a running target
 
 
 class VerdictFound(Exception):
@@ -59,7 +63,7 @@ _RAISE_FOR = {
     Verdict.SYNC_REGRESSION: SyncRegressionFound,
     Verdict.UPSTREAM_DIVERGENCE: DivergenceFound,
 }
-_BY_SIGNATURE: dict[tuple, type[VerdictFound]] = {}
+_BY_SIGNATURE: dict[str, type[VerdictFound]] = {}
 
 
 def failure_type(result: ExampleResult) -> type[VerdictFound]:
@@ -84,7 +88,9 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 
 @dataclass
-class DeviceTally:
+class TallyCounter:
+    """One device's running tally while a target is fuzzed (model.DeviceTally once done)."""
+
     examples: int = 0
     verdicts: Counter = field(default_factory=Counter)
     both_raised: int = 0
@@ -106,12 +112,34 @@ class DeviceTally:
             self.optimized_syncs[result.optimized.syncs] += 1
             self.optimized_hidden[result.optimized.hidden_syncs or 0] += 1
 
+    def frozen(self) -> DeviceTally:
+        def histogram(counter: Counter) -> dict[str, int]:
+            return {str(k): v for k, v in sorted(counter.items())}
+
+        return DeviceTally(
+            examples=self.examples, verdicts=dict(self.verdicts), both_raised=self.both_raised,
+            syncs_per_call={"legacy": histogram(self.legacy_syncs), "optimized": histogram(self.optimized_syncs)},
+            hidden_syncs_per_call={"legacy": histogram(self.legacy_hidden),
+                                   "optimized": histogram(self.optimized_hidden)})
+
+
+def failure_of(result: ExampleResult, repro: Path | str | None = None) -> Failure:
+    """An example's failure as the report model records it."""
+    return Failure(
+        device=result.device, verdict=result.verdict.value, input=result.spec,
+        mismatches=tuple(m.as_json() for m in result.mismatches),
+        exceptions={"legacy": result.legacy.raised.type_name if result.legacy.raised else None,
+                    "optimized": result.optimized.raised.type_name if result.optimized.raised else None},
+        repro=str(repro) if repro else None)
+
 
 @dataclass
 class TargetOutcome:
+    """One target's run while it is fuzzed; ``entry()`` freezes it for the report."""
+
     target: Target
     devices: tuple[str, ...]
-    tallies: dict[str, DeviceTally] = field(default_factory=dict)
+    tallies: dict[str, TallyCounter] = field(default_factory=dict)
     failures: list[ExampleResult] = field(default_factory=list)
     flaky: bool = False
     repro_paths: list[Path | None] = field(default_factory=list)  # parallel to failures
@@ -120,6 +148,8 @@ class TargetOutcome:
     first_failure_at: int | None = None  # examples run when the first failure was seen
     upstream: str | None = None  # under --upstream: compared, or why not
     seconds: float = 0.0
+    started: float = 0.0  # time.monotonic() when fuzzing began
+    deadline: float | None = None  # end of its budget share, if any
 
     @property
     def examples(self) -> int:
@@ -127,33 +157,20 @@ class TargetOutcome:
 
     @property
     def verdict(self) -> Verdict:
-        """The most severe verdict among the failures found."""
-        return max((f.verdict for f in self.failures), key=lambda v: v.severity, default=Verdict.AGREE)
+        """The worst example verdict found so far (the target's, per device and
+        with untested / skipped, is the frozen entry's: ``entry().verdict_on``)."""
+        return Verdict(worst(f.verdict.value for f in self.failures))
 
-    def verdict_on(self, device: str) -> Verdict:
-        verdicts = [f.verdict for f in self.failures if f.device == device]
-        return max(verdicts, key=lambda v: v.severity, default=Verdict.AGREE)
-
-
-@dataclass
-class RunOptions:
-    devices: tuple[str, ...]
-    seed: int
-    contract: str = "caller"
-    max_examples: int | None = None
-    budget: float | None = None
-    corpus: Path | None = None
-    target_module: Callable[[Target], str | None] = lambda target: None
-    progress: Callable[[TargetOutcome, bool], None] | None = None
-    first_chunk: int = 0  # a restarted worker continues with fresh seeds
-    stress: bool = False  # async-hazard stress mode (fuzz/stress.py)
-    upstream: bool = False  # the real vllm as a third side (fuzz/upstream.py)
-    # Isolation hooks (fuzz/isolation.py): journal each example before it
-    # runs, snapshot the outcome after each chunk, and end the process when
-    # its CUDA context is lost.
-    before_example: Callable[[dict, TargetOutcome], None] | None = None
-    after_chunk: Callable[[TargetOutcome], None] | None = None
-    on_context_lost: Callable[[dict, CudaContextLost], None] | None = None
+    def entry(self) -> TargetEntry:
+        saved = self.repro_paths + [None] * (len(self.failures) - len(self.repro_paths))
+        failures = sorted(zip(self.failures, saved), key=lambda pair: -pair[0].verdict.severity)
+        return TargetEntry(
+            name=self.target.name, upstream=tuple(self.target.upstream), devices=self.devices,
+            expected_optimized_syncs=self.target.expected_optimized_syncs,
+            by_device={device: tally.frozen() for device, tally in self.tallies.items()},
+            failures=tuple(failure_of(f, p) for f, p in failures), first_failure_at=self.first_failure_at,
+            seconds=round(self.seconds, 3), flaky=self.flaky, skipped=self.skipped,
+            fuzzer_error=self.harness_error, upstream_check=self.upstream)
 
 
 class _StopTarget(BaseException):
@@ -180,7 +197,7 @@ class _SaveOnlyDatabase(ExampleDatabase):
     def save(self, key: bytes, value: bytes) -> None:
         self.inner.save(key, value)
 
-    def fetch(self, key: bytes):  # noqa: ANN201
+    def fetch(self, key: bytes) -> Iterator[bytes]:
         return iter(())
 
     def delete(self, key: bytes, value: bytes) -> None:
@@ -228,30 +245,25 @@ def single_threaded() -> None:
     torch.set_num_threads(int(os.environ.get("SYNCFUZZ_THREADS", "1")))
 
 
-def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> TargetOutcome:
-    """Fuzz one target until max_examples, its deadline, or a failure."""
+def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None, hooks: Hooks = NO_HOOKS,
+                first_chunk: int = 0) -> TargetOutcome:
+    """Fuzz one target until ``config.max_examples``, its deadline, or a failure.
+    ``first_chunk`` > 0: a restarted worker continues on fresh seeds."""
     single_threaded()
-    outcome = TargetOutcome(target, devices_for(target.devices, options.devices))
-    if options.upstream:
-        from dataclasses import replace
-
-        from fuzz.upstream import unavailable
-
-        why_not = unavailable(target)
-        outcome.upstream = why_not or "compared with the real vllm function"
-        if why_not:
-            target = replace(target, upstream_impl=None)
+    outcome = TargetOutcome(target, devices_for(target.devices, config.devices))
+    target, outcome.upstream = with_upstream(target, config)
     if not outcome.devices:
-        outcome.skipped = f"runs on {', '.join(target.devices)}; this run has {', '.join(options.devices)}"
+        outcome.skipped = f"runs on {', '.join(target.devices)}; this run has {', '.join(config.devices)}"
         return outcome
-    started = time.monotonic()
+    started = outcome.started = time.monotonic()
+    outcome.deadline = deadline
     for device in outcome.devices:
-        outcome.tallies[device] = DeviceTally()
-    strategy = target.input_model().specs(outcome.devices, options.contract)
+        outcome.tallies[device] = TallyCounter()
+    strategy = target.input_model().specs(outcome.devices, config.contract)
     last_failure: list[ExampleResult] = []
     # Failures already found and shrunk in this run: counted, not raised, so
     # the next chunk keeps searching for *other* bugs instead of re-finding them.
-    known: set[tuple] = set()
+    known: set[str] = set()
     last_shown = [time.monotonic()]
 
     def check(spec: dict) -> None:
@@ -259,38 +271,38 @@ def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> 
             # Share of the budget spent: let Hypothesis wind down. Never once a
             # failure is being shrunk, or its final re-run would look flaky.
             return
-        if options.before_example:
-            options.before_example(spec, outcome)
+        if hooks.before_example:
+            hooks.before_example(spec, outcome)
         try:
-            result = run_example(target, spec, stress=options.stress, contract=options.contract,
-                                 upstream=options.upstream)
+            result = run_example(target, spec, config=config)
         except CudaContextLost as lost:
-            if options.on_context_lost:
-                options.on_context_lost(spec, lost)  # ends the process
+            if hooks.on_context_lost:
+                hooks.on_context_lost(spec, lost)  # ends the process
             outcome.failures.append(crash_result(spec, f"CUDA context lost: {lost}"))
             raise _StopTarget from lost
         outcome.tallies[result.device].add(result)
-        if options.progress and time.monotonic() - last_shown[0] > PROGRESS_EVERY:
+        if hooks.progress and time.monotonic() - last_shown[0] > PROGRESS_EVERY:
             last_shown[0] = time.monotonic()
-            options.progress(outcome, False)
+            hooks.progress(outcome)
         if result.verdict.failed and result.signature not in known:
             if outcome.first_failure_at is None:
                 outcome.first_failure_at = outcome.examples
             last_failure[:] = [result]
             raise failure_type(result)(result)
 
-    chunk = options.first_chunk
+    corpus = Path(config.corpus) if config.corpus else None
+    chunk = first_chunk
     while True:
-        if options.budget is None:
-            size = max(options.max_examples - outcome.examples, 1)
+        if config.budget is None:
+            size = max((config.max_examples or 1) - outcome.examples, 1)
         else:
             size = BUDGET_CHUNK
         test = given(strategy)(check)
-        test = hypothesis_seed(_chunk_seed(options.seed, target, chunk) if chunk else options.seed)(test)
+        test = hypothesis_seed(_chunk_seed(config.seed, target, chunk) if chunk else config.seed)(test)
         # Only a run's first chunk replays the corpus; continuations and
         # restarted workers must not see known failures "pass" and delete them.
-        test = _settings(size, _database(options.corpus, reuse=chunk == 0))(test)
-        test._hypothesis_internal_database_key = _database_key(target, options.contract)
+        test = _settings(size, _database(corpus, reuse=chunk == 0))(test)
+        test._hypothesis_internal_database_key = _database_key(target, config.contract)
         before = len(outcome.failures)
         stop = False
         try:
@@ -301,13 +313,13 @@ def fuzz_target(target: Target, options: RunOptions, deadline: float | None) -> 
             _collect(raised, outcome, last_failure)
         new = outcome.failures[before:]
         known.update(f.signature for f in new)
-        _save(new, target, options, outcome)
-        if options.after_chunk:
-            options.after_chunk(outcome)
+        _save(new, target, config, outcome)
+        if hooks.after_chunk:
+            hooks.after_chunk(outcome)
         chunk += 1
         if outcome.harness_error or stop:
             break
-        if options.budget is None and (not new or outcome.examples >= options.max_examples):
+        if config.budget is None and (not new or outcome.examples >= (config.max_examples or 1)):
             break
         if deadline is not None and time.monotonic() >= deadline:
             break
@@ -320,15 +332,13 @@ def crash_result(spec: dict, detail: str, verdict: Verdict = Verdict.CRASH) -> E
     return ExampleResult(spec, verdict, [Mismatch("", verdict.value, detail)], SideResult(), SideResult())
 
 
-def _save(failures: list[ExampleResult], target: Target, options: RunOptions, outcome: TargetOutcome) -> None:
+def _save(failures: list[ExampleResult], target: Target, config: RunConfig, outcome: TargetOutcome) -> None:
     """Save repro files as soon as failures are known: a later crash must not lose them."""
     for failure in failures:
         path = None
-        if options.corpus is not None:
-            payload = repro_payload(target, failure, seed=options.seed, contract=options.contract,
-                                    target_module=options.target_module(target), flaky=outcome.flaky,
-                                    stress=options.stress)
-            path = save_repro(options.corpus / "failures", payload)
+        if config.corpus is not None:
+            payload = repro_payload(target, failure, config, flaky=outcome.flaky)
+            path = save_repro(Path(config.corpus) / "failures", payload)
         outcome.repro_paths.append(path)
 
 
@@ -353,51 +363,3 @@ def _collect(raised: BaseException, outcome: TargetOutcome, last_failure: list[E
             unexpected.append(leaf)
     if unexpected:
         raise raised
-
-
-def fuzz_all(targets: list[Target], options: RunOptions, isolation: "Isolation | None" = None,
-             items: "list[Item] | None" = None) -> list[dict]:
-    """Fuzz every item (a target, or a piece of one), in worker processes when
-    ``isolation`` is given; return one merged report entry per target. A budget
-    is shared fairly by the items; time one leaves unused rolls over."""
-    from fuzz.merge import finish_entry, merge_entry
-    from fuzz.plan import plan
-
-    items = items if items is not None else plan(targets, seed=options.seed, pieces=1,
-                                                 max_examples=options.max_examples)
-    entries: dict[str, dict] = {}
-    start = time.monotonic()
-    for index, item in enumerate(items):
-        deadline = None
-        if options.budget is not None:
-            remaining = options.budget - (time.monotonic() - start)
-            deadline = time.monotonic() + max(remaining, 0.0) / (len(items) - index)
-        entry = run_item(item, options, isolation, deadline)
-        entries[item.target.name] = merge_entry(entries.get(item.target.name), entry)
-    result = [finish_entry(e) for e in entries.values()]
-    if options.progress:
-        for entry in result:
-            _announce(entry)
-    return result
-
-
-def run_item(item: "Item", options: RunOptions, isolation: "Isolation | None", deadline: float | None) -> dict:
-    """One item's entry: its own seed and share of the examples."""
-    from dataclasses import replace
-
-    from fuzz.isolation import fuzz_isolated
-    from fuzz.report import outcome_entry
-
-    item_options = replace(options, seed=item.seed, max_examples=item.max_examples)
-    if isolation is not None and devices_for(item.target.devices, options.devices):
-        return fuzz_isolated(item.target, item_options, deadline, isolation)
-    return outcome_entry(fuzz_target(item.target, item_options, deadline))
-
-
-def _announce(entry: dict) -> None:
-    import sys
-
-    if entry["skipped"]:
-        sys.stderr.write(f"[fuzz] {entry['name']}: skipped ({entry['skipped']})\n")
-    else:
-        sys.stderr.write(f"[fuzz] {entry['name']}: {entry['examples']} examples, {entry['verdict']}\n")

@@ -2,8 +2,10 @@
 findings a team has accepted.
 
 * Confirmation: every saved failure is replayed N times (default 3), each in
-  its own process. A failure that does not reproduce every time is labelled
-  **flaky** -- reported, but marked as such (GPU nondeterminism, races).
+  its own process, under the run config saved with it (fuzz/repro.py), so a
+  replay is the same run for that one input. A failure that does not
+  reproduce every time is labelled **flaky** -- reported, but marked as such
+  (GPU nondeterminism, races).
 * Known issues: a checked-in JSON file lists accepted findings by signature
   (target, verdict, optionally the exception types and mismatch kind, the
   contract) with a written reason. Matching failures are still reported,
@@ -12,25 +14,36 @@ findings a team has accepted.
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
-from fuzz.errors import UsageError
+from fuzz.errors import UsageError, unknown_name
+from fuzz.model import Failure, TargetEntry
+from fuzz.targets import CONTRACTS
+from fuzz.verdicts import EXAMPLE_VERDICTS
 
 KNOWN_FORMAT = "syncfuzz-known-issues/1"
 _MATCH_KEYS = {"target", "verdict", "contract", "exceptions", "mismatch", "reason"}
 
 
-def load_known_issues(path: Path) -> list[dict]:
-    """Read and validate a known-issues file; problems are one UsageError line."""
+def load_known_issues(path: Path, targets: Iterable[str] | None = None) -> list[dict]:
+    """Read and validate a known-issues file; problems are one UsageError line.
+    An entry whose target (of ``targets``) or verdict is misspelt would never
+    match, and nobody would be told: it is refused with the closest names."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise UsageError(f"--known-issues {str(path)!r} does not exist; create it or drop the flag") from None
+    except IsADirectoryError:
+        raise UsageError(f"--known-issues {str(path)!r} is a directory; pass the JSON file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"--known-issues {str(path)!r} is not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != KNOWN_FORMAT or not isinstance(data.get("issues"), list):
-        raise UsageError(f"--known-issues {str(path)!r} must be an object with format {KNOWN_FORMAT!r} and an 'issues' list")
+        raise UsageError(f"--known-issues {str(path)!r} must be an object with format {KNOWN_FORMAT!r} "
+                         "and an 'issues' list")
     for index, issue in enumerate(data["issues"]):
         if not isinstance(issue, dict) or not {"target", "verdict", "reason"} <= issue.keys():
             raise UsageError(f"--known-issues {str(path)!r}: issue {index} needs 'target', 'verdict' and 'reason'")
@@ -39,45 +52,62 @@ def load_known_issues(path: Path) -> list[dict]:
             raise UsageError(f"--known-issues {str(path)!r}: issue {index} has unknown keys {sorted(unknown)}")
         if not str(issue["reason"]).strip():
             raise UsageError(f"--known-issues {str(path)!r}: issue {index} has an empty reason; say why it is accepted")
+        where = f"--known-issues {str(path)!r}: issue {index}: "
+        if issue["verdict"] not in EXAMPLE_VERDICTS:
+            close = difflib.get_close_matches(str(issue["verdict"]), sorted(EXAMPLE_VERDICTS), n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}?" if close else f"one of {', '.join(sorted(EXAMPLE_VERDICTS))}"
+            raise UsageError(where + f"verdict {issue['verdict']!r} is not a verdict; {hint}")
+        if targets is not None and issue["target"] not in set(targets):
+            raise UsageError(where + str(unknown_name("target", str(issue["target"]), targets)))
+        if "contract" in issue and issue["contract"] not in CONTRACTS:
+            raise UsageError(where + f"contract {issue['contract']!r} is not one of {', '.join(CONTRACTS)}")
     return data["issues"]
 
 
-def _matches(issue: dict, target: str, contract: str, failure: dict) -> bool:
-    if issue["target"] != target or issue["verdict"] != failure["verdict"]:
+def _matches(issue: dict, target: str, contract: str, failure: Failure) -> bool:
+    if issue["target"] != target or issue["verdict"] != failure.verdict:
         return False
     if "contract" in issue and issue["contract"] != contract:
         return False
-    if "exceptions" in issue and issue["exceptions"] != failure.get("exceptions"):
+    if "exceptions" in issue and issue["exceptions"] != dict(failure.exceptions):
         return False
-    if "mismatch" in issue and issue["mismatch"] not in {m["what"] for m in failure["mismatches"]}:
+    if "mismatch" in issue and issue["mismatch"] not in {m["what"] for m in failure.mismatches}:
         return False
     return True
 
 
-def mark_known(entries: list[dict], issues: list[dict], contract: str) -> None:
-    for entry in entries:
-        for failure in entry["failures"]:
-            for issue in issues:
-                if _matches(issue, entry["name"], contract, failure):
-                    failure["known"] = issue["reason"]
-                    break
+def mark_known(entries: list[TargetEntry], issues: list[dict], contract: str) -> list[TargetEntry]:
+    """The entries with each failure that an issue accepts labelled with its reason."""
+    def labelled(entry: TargetEntry, failure: Failure) -> Failure:
+        issue = next((i for i in issues if _matches(i, entry.name, contract, failure)), None)
+        return replace(failure, known=issue["reason"]) if issue else failure
+
+    return [entry.with_failures(labelled(entry, f) for f in entry.failures) for entry in entries]
 
 
-def confirm(entries: list[dict], runs: int) -> None:
-    """Replay each saved failure ``runs`` times in fresh processes."""
+# A replay needs a fresh process (torch import, maybe a CUDA context): below
+# this many seconds left of the budget, the rest are left unconfirmed.
+MIN_REPLAY_SECONDS = 10.0
+
+
+def confirm(entries: list[TargetEntry], runs: int, until: float | None = None) -> list[TargetEntry]:
+    """The entries with each saved failure replayed ``runs`` times in fresh
+    processes; with ``until`` (time.monotonic), only while the budget lasts --
+    a failure left unconfirmed keeps ``confirmed`` empty and is reported as found."""
+    import time
+
     from fuzz.replay import replay_file
 
+    def confirmed(failure: Failure) -> Failure:
+        if not failure.repro or runs <= 0:
+            return failure
+        if until is not None and until - time.monotonic() < MIN_REPLAY_SECONDS * runs:
+            return failure
+        reproduced = sum(replay_file(failure.repro).still_fails for _ in range(runs))
+        return replace(failure, confirmed=f"{reproduced}/{runs}", flaky=reproduced < runs)
+
+    out = []
     for entry in entries:
-        for failure in entry["failures"]:
-            if not failure.get("repro") or runs <= 0:
-                continue
-            reproduced = sum(replay_file(failure["repro"]).still_fails for _ in range(runs))
-            failure["confirmed"] = f"{reproduced}/{runs}"
-            failure["flaky"] = reproduced < runs
-            if failure["flaky"]:
-                entry["flaky"] = True
-
-
-def unaccepted(entries: list[dict]) -> list[dict]:
-    """The failures that should fail the run: not known, not fuzzer bugs."""
-    return [f for e in entries for f in e["failures"] if not f.get("known")]
+        entry = entry.with_failures(confirmed(f) for f in entry.failures)
+        out.append(replace(entry, flaky=entry.flaky or any(f.flaky for f in entry.failures)))
+    return out

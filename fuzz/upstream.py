@@ -11,9 +11,16 @@ would build) the run says why and fuzzes that target without the third side.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from typing import TYPE_CHECKING
 
 from fuzz.targets import Target
+
+if TYPE_CHECKING:
+    from fuzz.config import RunConfig
+
+COMPARED = "compared with the real vllm function"
 
 NO_UPSTREAM = "no upstream callable recorded: the harness stands in for layers the real class would build"
 
@@ -33,3 +40,15 @@ def unavailable(target: Target) -> str | None:
     except Exception as exc:  # noqa: BLE001
         return f"cannot resolve {target.upstream_impl}: {exc}"
     return None
+
+
+def with_upstream(target: Target, config: RunConfig) -> tuple[Target, str | None]:
+    """The target as this run fuzzes it, and what ``--upstream`` did for it:
+    without the flag no third side (None); with it, the real function where it
+    can run here, else the target without it and the reason."""
+    if not config.upstream:
+        return dataclasses.replace(target, upstream_impl=None), None
+    why_not = unavailable(target)
+    if why_not:
+        return dataclasses.replace(target, upstream_impl=None), why_not
+    return target, COMPARED

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# What decides what an example computes: the copies and the input models.
+CODE_FOLDERS = ("legacy", "optimized", "strategies")
 
 FUZZ_VERSION = "0.1.0"
 LEGACY_UPSTREAM = "vllm 0.27.1"
@@ -18,11 +25,22 @@ def _version(dist: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=1)
+def code_tree() -> dict[str, str]:
+    """Which source tree runs: its folder and a hash of the copies and input models."""
+    digest = hashlib.sha256()
+    for folder in CODE_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return {"root": str(ROOT), "code_sha256": digest.hexdigest()[:16]}
+
+
 def versions() -> dict[str, str | None]:
     import torch
 
     return {
         "syncfuzz": FUZZ_VERSION,
+        **code_tree(),
         "legacy": LEGACY_UPSTREAM,
         "optimized": OPTIMIZED_UPSTREAM,
         "python": sys.version.split()[0],

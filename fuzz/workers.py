@@ -7,14 +7,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from fuzz.errors import FuzzError
-from fuzz.isolation import Isolation
-from fuzz.merge import finish_entry, merge_entry
+from fuzz.config import RunConfig
+from fuzz.errors import FuzzError, HarnessError
+from fuzz.model import Interrupted, TargetEntry, add_entries
 from fuzz.plan import Item
-from fuzz.runner import RunOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,26 +25,31 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def run_with_xdist(items: list[Item], options: RunOptions, isolation: Isolation | None, workers: int,
-                   target_module: str | None) -> list[dict]:
-    workdir = Path(tempfile.mkdtemp(prefix="syncfuzz-xdist-"))
-    results = workdir / "results"
-    results.mkdir()
+def run_file_content(items: list[Item], config: RunConfig, results: Path, seconds: float | None = None,
+                     journal: Path | None = None) -> dict:
+    """What every xdist worker reads: the whole run config, the items, and the
+    run's end (``seconds`` from now, default the config's budget)."""
     # Items start when a worker is free; none may run past the run's end.
-    ends_at = None if options.budget is None else time.time() + options.budget
-    run = {
+    seconds = config.budget if seconds is None else seconds
+    ends_at = None if seconds is None else time.time() + seconds
+    return {
+        "config": config.to_json(),
         "items": [{"index": i, "target": item.target.name, "piece": item.piece, "pieces": item.pieces,
                    "seed": item.seed, "max_examples": item.max_examples}
                   for i, item in enumerate(items)],
-        "devices": list(options.devices), "seed": options.seed, "contract": options.contract,
-        "max_examples": options.max_examples, "budget": options.budget, "ends_at": ends_at, "workers": workers,
-        "stress": options.stress,
-        "corpus": str(options.corpus), "target_module": target_module, "results": str(results),
-        "gpus": visible_gpus() if "cuda" in options.devices else 0,
-        "isolation": isolation is not None,
-        "example_timeout": isolation.example_timeout if isolation else None,
-        "max_restarts": isolation.max_restarts if isolation else 0,
+        "ends_at": ends_at, "results": str(results),
+        "journal": str(journal or results.parent / "journal"),  # each xdist worker's folder goes in it
+        "gpus": visible_gpus() if "cuda" in config.devices else 0,
     }
+
+
+def run_with_xdist(items: list[Item], config: RunConfig, seconds: float | None = None,
+                   journal: Path | None = None, show_items: bool = False) -> list[TargetEntry]:
+    workdir = Path(tempfile.mkdtemp(prefix="syncfuzz-xdist-"))
+    results = workdir / "results"
+    results.mkdir()
+    run = run_file_content(items, config, results, seconds, journal)
+    workers = config.workers
     run_file = workdir / "run.json"
     run_file.write_text(json.dumps(run))
     env = dict(os.environ)
@@ -58,13 +63,59 @@ def run_with_xdist(items: list[Item], options: RunOptions, isolation: Isolation 
         env.pop(callers_own, None)
     command = [sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-n", str(workers), "--dist", "load", "-q",
                "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(workdir), "--pyargs", "fuzz.xdist_items"]
-    done = subprocess.run(command, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    entries: dict[str, dict] = {}
-    for path in sorted(results.glob("*.json")):
-        entry = json.loads(path.read_text())
-        entries[entry["name"]] = merge_entry(entries.get(entry["name"]), entry)
-    if len(list(results.glob("*.json"))) != len(items):
+    try:
+        done = _run_showing_items(command, env, workdir, results, items, show_items)
+    except KeyboardInterrupt:  # pytest is killed; keep what finished
+        from fuzz.orchestrate import interrupted_by
+
+        raise Interrupted(_entries(sorted(results.glob("*.json")), config), interrupted_by()) from None
+    paths = sorted(results.glob("*.json"))
+    if len(paths) != len(items):
         tail = "\n".join(done.stdout.strip().splitlines()[-15:])
-        raise FuzzError(f"pytest-xdist finished {len(list(results.glob('*.json')))} of {len(items)} items "
+        raise FuzzError(f"pytest-xdist finished {len(paths)} of {len(items)} items "
                         f"(exit {done.returncode}):\n{tail}")
-    return [finish_entry(e) for e in entries.values()]
+    return _entries(paths, config)
+
+
+def _run_showing_items(command: list[str], env: dict, workdir: Path, results: Path, items: list[Item],
+                       show: bool) -> subprocess.CompletedProcess:
+    """Run pytest; meanwhile print a line for each item whose result appears
+    (the xdist workers' own output is captured by pytest)."""
+    from fuzz.report import item_line, show_worker_line
+
+    process = subprocess.Popen(command, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
+    reader.start()
+    shown: set[str] = set()
+    try:
+        while True:
+            finished = process.poll() is not None
+            for path in sorted(results.glob("*.json")):
+                if show and path.name not in shown:
+                    shown.add(path.name)
+                    entry = TargetEntry.from_json(json.loads(path.read_text())["entry"], "xdist item")
+                    key = items[int(path.stem)].key
+                    show_worker_line(item_line(f"{key} ({len(shown)}/{len(items)})", entry), sys.stderr,
+                                     sys.stderr.isatty())
+            if finished:
+                break
+            time.sleep(0.5)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    reader.join(timeout=5)
+    return subprocess.CompletedProcess(command, process.returncode, "".join(output))
+
+
+def _entries(paths: list[Path], config: RunConfig) -> list[TargetEntry]:
+    entries = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        # Each item sends back the config it ran with: a setting lost on the way is a fuzzer bug.
+        if data["config"] != config.to_json():
+            raise HarnessError(f"xdist item {path.stem} ran with other settings than the run's")
+        entries.append(TargetEntry.from_json(data["entry"], f"xdist item {path.stem}"))
+    return add_entries(entries)

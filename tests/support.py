@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fuzz.runner import RunOptions, TargetOutcome, fuzz_target
+from fuzz.config import RunConfig
+from fuzz.runner import TargetOutcome, fuzz_target
 from fuzz.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def fuzz(target: Target, *, max_examples: int = 200, seed: int = 0, devices: tuple[str, ...] = ("cpu",),
          contract: str = "caller", corpus: Path | None = None, stress: bool = False) -> TargetOutcome:
-    options = RunOptions(devices=devices, seed=seed, contract=contract, max_examples=max_examples, corpus=corpus,
-                         target_module=lambda t: "tests.planted", stress=stress)
-    return fuzz_target(target, options, deadline=None)
+    config = RunConfig(devices=devices, seed=seed, contract=contract, max_examples=max_examples,
+                       corpus=str(corpus) if corpus else None, target_modules=("tests.planted",), stress=stress)
+    return fuzz_target(target, config)
 
 
 def cli(*args: str, extra_env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""The command line: the stable interfaces of DESIGN.md and every error path."""
+"""The command line: the stable interfaces of docs/design.md and every error path."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_run_writes_report_and_exits_0_on_agreement(tmp_path, capsys):
                  "--corpus", str(tmp_path / "c"), "--report", str(report), "--quiet"])
     assert code == 0
     data = json.loads(report.read_text())
-    assert data["format"] == "syncfuzz-report/1" and data["exit_code"] == 0
+    assert data["format"] == "syncfuzz-report/2" and data["exit_code"] == 0
     assert data["run"]["seed"] == 3
     (entry,) = data["targets"]
     assert entry["name"] == "fla-chunk-offsets" and entry["verdict"] == "agree"

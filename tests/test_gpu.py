@@ -34,8 +34,7 @@ def test_planted_sync_regression_is_reported_on_cuda(name):
 def isolation(tmp_path_factory):
     from fuzz.isolation import Isolation
 
-    isolation = Isolation(example_timeout=120, max_restarts=0, workdir=tmp_path_factory.mktemp("journal"),
-                          env={"SYNCFUZZ_TARGET_MODULES": "tests.planted"})
+    isolation = Isolation(workdir=tmp_path_factory.mktemp("journal"))
     yield isolation
     isolation.discard_worker()
 
@@ -50,14 +49,15 @@ def test_planted_bug_is_reported_on_cuda(name, isolation):
     bugs index out of bounds, a device-side assert that leaves the CUDA context
     unusable (a crash verdict: found). In-process it failed every later CUDA
     test of the same pytest worker (H200, 2026-11-29: 45 such failures)."""
+    from fuzz.config import RunConfig
     from fuzz.isolation import fuzz_isolated
-    from fuzz.runner import RunOptions
 
     plant = {p.name: p for p in planted.BUGS}[name]
-    options = RunOptions(devices=("cuda",), seed=0, max_examples=200, target_module=lambda t: "tests.planted")
-    entry = fuzz_isolated(plant.target(), options, None, isolation)
-    assert entry["failures"], f"{name} survived on cuda"
-    assert not entry["fuzzer_error"], entry["fuzzer_error"]
+    config = RunConfig(devices=("cuda",), seed=0, max_examples=200, target_modules=("tests.planted",),
+                       example_timeout=120, max_restarts=0)
+    entry = fuzz_isolated(plant.target(), config, None, isolation)
+    assert entry.failures, f"{name} survived on cuda"
+    assert not entry.fuzzer_error, entry.fuzzer_error
 
 
 @pytest.mark.parametrize("name", sorted(t.name for t in TARGETS))

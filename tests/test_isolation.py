@@ -17,7 +17,8 @@ CRASHERS = {"SYNCFUZZ_TARGET_MODULES": "tests.crashers"}
 def isolated_run(tmp_path_factory):
     corpus = tmp_path_factory.mktemp("corpus")
     report = corpus / "report.json"
-    result = cli("run", "--device", "cpu", "--seed", "0", "--max-examples", "20", "--example-timeout", "2", "--max-restarts", "1",
+    result = cli("run", "--device", "cpu", "--seed", "0", "--max-examples", "20", "--example-timeout", "2",
+                 "--max-restarts", "1", "--confirm", "1",
                  "--target", "crasher-abort", "--target", "crasher-segfault", "--target", "crasher-hang",
                  "--target", "fla-chunk-offsets", "--corpus", str(corpus), "--report", str(report),
                  extra_env=CRASHERS)
@@ -57,7 +58,8 @@ def test_other_targets_finish_after_a_crash(isolated_run):
 
 def test_journal_names_the_last_example(isolated_run):
     _, _, corpus = isolated_run
-    journal = json.loads((corpus / "journal" / "crasher-abort.journal.json").read_text())
+    (path,) = (corpus / "journal").glob("*/crasher-abort.journal.json")  # the run's own folder
+    journal = json.loads(path.read_text())
     assert journal["spec"]["device"] == "cpu" and "started" in journal
 
 
@@ -69,7 +71,7 @@ def test_replay_reproduces_the_death_in_a_child(isolated_run, name, expected):
     repro = _entry(report, name)["failures"][0]["repro"]
     saved = json.loads(open(repro).read())
     assert saved["target_module"] == "tests.crashers" and saved["verdict"] in ("crash", "hang")
-    result = cli("replay", repro)
+    result = cli("replay", repro, extra_env=CRASHERS)
     assert result.returncode == 1, result.stderr
     assert expected in result.stdout
 
@@ -78,23 +80,24 @@ def test_one_worker_process_runs_target_after_target_until_a_death(tmp_path, mon
     """Start-up (torch import, CUDA context) is paid per worker, not per
     target; a crash costs one fresh process; stdout noise from the code under
     test cannot garble the job protocol."""
+    from fuzz.config import RunConfig
     from fuzz.isolation import Isolation
+    from fuzz.orchestrate import run_item
     from fuzz.plan import plan
-    from fuzz.runner import RunOptions, run_item
     from fuzz.targets import lookup
 
     monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.crashers")
     names = ["chatty-stdout", "fla-chunk-offsets", "crasher-abort", "fla-chunk-indices"]
     targets = lookup(names, ["tests.crashers"])
-    options = RunOptions(devices=("cpu",), seed=0, max_examples=10, corpus=tmp_path / "corpus",
-                         target_module=lambda t: "tests.crashers")
-    isolation = Isolation(example_timeout=30, max_restarts=0, workdir=tmp_path / "journal")
+    config = RunConfig(devices=("cpu",), seed=0, max_examples=10, corpus=str(tmp_path / "corpus"),
+                       target_modules=("tests.crashers",), example_timeout=30, max_restarts=0)
+    isolation = Isolation(workdir=tmp_path / "journal")
     pids, entries = [], {}
     for item in plan(targets, seed=0, pieces=1, max_examples=10):
-        entries[item.target.name] = run_item(item, options, isolation, None)
+        entries[item.target.name] = run_item(item, config, isolation, None)
         pids.append(isolation._process.process.pid if isolation._process else None)
-    assert [entries[n]["verdict"] for n in names] == ["agree", "agree", "crash", "agree"]
-    assert entries["chatty-stdout"]["examples"] == 10 and entries["fla-chunk-indices"]["examples"] == 10
+    assert [entries[n].verdict for n in names] == ["agree", "agree", "crash", "agree"]
+    assert entries["chatty-stdout"].examples == 10 and entries["fla-chunk-indices"].examples == 10
     assert pids[0] == pids[1] and pids[2] is None  # reused; the crash discarded it
     assert pids[3] not in (None, pids[0])
     isolation.discard_worker()

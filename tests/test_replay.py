@@ -20,7 +20,7 @@ def saved_failure(tmp_path_factory):
     """Run the CLI on a planted bug once; return (run result, repro path)."""
     corpus = tmp_path_factory.mktemp("corpus")
     result = cli("run", "--target", "planted-offsets-off-by-one", "--device", "cpu", "--seed", "0",
-                 "--max-examples", "50", "--corpus", str(corpus), extra_env=PLANTED)
+                 "--max-examples", "50", "--confirm", "1", "--corpus", str(corpus), extra_env=PLANTED)
     repros = sorted((corpus / "failures").glob("*.json"))
     return result, repros
 
@@ -52,8 +52,9 @@ def test_repro_file_is_self_contained_json(saved_failure):
 
 def test_replay_reproduces_in_a_fresh_process(saved_failure):
     _, (repro,) = saved_failure
-    result = cli("replay", str(repro))  # no env var: the file names its target module
+    result = cli("replay", str(repro), extra_env=PLANTED)
     assert result.returncode == 1, result.stderr
+    assert "replaying with syncfuzz" in result.stdout and "warning" not in result.stdout
     assert "DIVERGENCE reproduced on cpu" in result.stdout
     assert "Mismatched elements" in result.stdout
 
@@ -122,7 +123,15 @@ BAD_FILES = {
     "input-without-device": (_valid_payload(input={"cu_seqlens": [0]}), "'device'"),
     "bad-contract": (_valid_payload(contract="loose"), "contract"),
     "unknown-target": (_valid_payload(target="fla-chunk-offset"), "closest matches: fla-chunk-offsets"),
-    "bad-target-module": (_valid_payload(target_module="no.such.module"), "no TARGETS"),
+    "untrusted-target-module": (_valid_payload(target_module="this"), "does not trust"),
+    "bad-verdict": (_valid_payload(verdict="banana"), "verdict 'banana' is not one of"),
+    "config-unknown-key": (_valid_payload(config={"seed": 0, "frobnicate": 1}), "unknown settings ['frobnicate']"),
+    "config-wrong-type": (_valid_payload(config={"stress": "yes"}), "stress"),
+    "input-wrong-type": (_valid_payload(input={"device": "cpu", "cu_seqlens": "abc", "dtype": "int32",
+                                                "chunk_size": 2}), "is invalid: its input cannot be built"),
+    "input-unknown-dtype": (_valid_payload(input={"device": "cpu", "cu_seqlens": [0, 3], "dtype": "int33",
+                                                  "chunk_size": 2}), "is invalid"),
+    "input-missing-key": (_valid_payload(input={"device": "cpu", "cu_seqlens": [0, 3]}), "is invalid"),
 }
 
 
@@ -132,8 +141,10 @@ def test_unusable_repro_file_is_one_line_and_exit_2(name, tmp_path, capsys):
     path = str(tmp_path / "absent.json") if content is None else _write(tmp_path, f"{name}.json", content)
     before = None if content is None else (tmp_path / f"{name}.json").read_bytes()
     assert main(["replay", path]) == 2
-    err = capsys.readouterr().err.strip()
+    captured = capsys.readouterr()
+    err = captured.err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("fuzz: error: ") and expected in err, err
+    assert "Beautiful is better than ugly" not in captured.out  # `import this` never ran
     if before is not None:
         assert (tmp_path / f"{name}.json").read_bytes() == before  # never touched
 

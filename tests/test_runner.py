@@ -6,7 +6,8 @@ import dataclasses
 import json
 
 from fuzz.catalog import TARGETS
-from fuzz.runner import RunOptions, fuzz_all
+from fuzz.config import RunConfig
+from fuzz.orchestrate import fuzz_all
 from fuzz.targets import lookup
 from tests.support import fuzz
 
@@ -25,10 +26,12 @@ def test_wide_contract_keeps_searching_after_the_first_failure():
 
 def test_budget_run_stops_and_reports_every_target(tmp_path):
     targets = lookup(["fla-chunk-offsets", "fla-chunk-indices"])
-    options = RunOptions(devices=("cpu",), seed=0, budget=2.0, corpus=tmp_path)
-    entries = fuzz_all(targets, options)
-    assert [e["name"] for e in entries] == ["fla-chunk-offsets", "fla-chunk-indices"]
-    assert all(e["examples"] > 0 and not e["failures"] and e["verdict"] == "agree" for e in entries)
+    config = RunConfig(devices=("cpu",), seed=0, budget=2.0, corpus=str(tmp_path))
+    entries = fuzz_all(targets, config)
+    assert [e.name for e in entries] == ["fla-chunk-offsets", "fla-chunk-indices"]
+    # Each got its share (a busy host may run few examples in it, but never none
+    # without saying so: then the verdict is "untested", not "agree").
+    assert all(not e.failures and e.verdict == ("agree" if e.examples else "untested") for e in entries)
 
 
 def test_target_without_a_run_device_is_skipped_with_a_reason():
@@ -38,7 +41,8 @@ def test_target_without_a_run_device_is_skipped_with_a_reason():
 
 
 def test_broken_strategy_is_a_fuzzer_bug_not_a_divergence():
-    broken = dataclasses.replace(BY_NAME["fla-chunk-offsets"], name="broken", inputs="strategies.glm4:Glm4EmbeddingsInputs")
+    broken = dataclasses.replace(BY_NAME["fla-chunk-offsets"], name="broken",
+                                 inputs="strategies.glm4_1v:Glm4EmbeddingsInputs")
     outcome = fuzz(broken, max_examples=5)
     assert outcome.harness_error and not outcome.failures
 

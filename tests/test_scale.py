@@ -20,7 +20,8 @@ def _report(path):
 
 
 def _totals(report):
-    return {t["name"]: (t["examples"], {d: v["verdicts"] for d, v in t["by_device"].items()}) for t in report["targets"]}
+    return {t["name"]: (t["examples"], {d: v["verdicts"] for d, v in t["by_device"].items()})
+            for t in report["targets"]}
 
 
 def test_workers_distribute_items_over_xdist(tmp_path):
@@ -68,10 +69,13 @@ def test_premerge_profile_is_deterministic(tmp_path):
 
 def test_nightly_profile_rotates_the_seed_daily_and_takes_a_budget(tmp_path):
     path = tmp_path / "r.json"
-    assert main(["run", "--profile", "nightly", "--budget", "2", "--device", "cpu", "--in-process", "--quiet",
-                 "--target", "fla-chunk-offsets", "--corpus", str(tmp_path / "c"), "--report", str(path)]) == 0
+    before = int(datetime.now(timezone.utc).strftime("%Y%m%d"))
+    code = main(["run", "--profile", "nightly", "--budget", "2", "--device", "cpu", "--in-process", "--quiet",
+                 "--target", "fla-chunk-offsets", "--corpus", str(tmp_path / "c"), "--report", str(path)])
+    after = int(datetime.now(timezone.utc).strftime("%Y%m%d"))
+    assert code in (0, 3)  # 3: a host too busy to run an example in the share; never a failure
     run = _report(path)["run"]
-    assert run["seed"] == int(datetime.now(timezone.utc).strftime("%Y%m%d")) and run["budget"] == 2
+    assert run["seed"] in (before, after) and run["budget"] == 2 and run["profile"] == "nightly"
 
 
 def _known_file(tmp_path, **issue):
@@ -151,39 +155,25 @@ def test_bad_merge_input_is_a_usage_error(content, expected, tmp_path, capsys):
     assert expected in capsys.readouterr().err
 
 
-def test_a_target_that_ran_no_example_is_untested_not_agree():
-    """A budget share spent before the first example must not read as a pass."""
-    from fuzz.formats import junit_xml, markdown
-    from fuzz.report import failure_lines, outcome_entry, summary_table
-    from fuzz.runner import DeviceTally, TargetOutcome
+def test_two_runs_on_one_corpus_each_report_what_they_ran(tmp_path):
+    """Concurrent runs share the corpus' example database and failures/, but
+    each has its own journal folder: neither reads the other's results (they
+    used to, 7 of 12 trials: a run of 300 examples reported the other's 40)."""
+    import subprocess
+    import sys
 
-    from fuzz.targets import lookup
+    from tests.support import ROOT
 
-    (target,) = lookup(["fla-chunk-offsets"])
-    outcome = TargetOutcome(target, ("cpu",), tallies={"cpu": DeviceTally()})
-    entry = outcome_entry(outcome)
-    report = {"run": {}, "versions": {}, "targets": [entry]}
-    assert "untested" in summary_table([entry])
-    assert any(line.startswith("UNTESTED: fla-chunk-offsets on cpu") for line in failure_lines([entry]))
-    assert "untested" in markdown(report)
-    assert 'skipped="1"' in junit_xml(report) and "no example ran" in junit_xml(report)
-
-
-def test_budget_share_splits_what_is_left_over_waves_of_items(tmp_path, monkeypatch):
-    """With more items than workers the first wave gets a fair part; the last
-    (partial) wave gets all the time left, so no item is starved."""
-    import time as clock
-
-    from fuzz.xdist_items import _share_of_what_is_left
-
-    results = tmp_path / "results"
-    results.mkdir()
-    now = 1000.0
-    monkeypatch.setattr(clock, "time", lambda: now)
-    run = {"results": str(results), "items": list(range(40)), "workers": 32, "ends_at": now + 90.0}
-    assert _share_of_what_is_left(run, 0) == 45.0  # 40 not started over 32 workers: 2 waves
-    for index in range(1, 9):
-        _share_of_what_is_left(run, index)
-    assert _share_of_what_is_left(run, 9) == 90.0  # 31 left: one wave, all the time left
-    run["ends_at"] = now - 1
-    assert _share_of_what_is_left(run, 10) == 0.0  # past the end: nothing, never negative
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    runs = [subprocess.Popen([sys.executable, "-m", "fuzz", "run", "--target", "fla-chunk-offsets", "--target",
+                              "fla-chunk-indices", "--device", "cpu", "--seed", str(n), "--max-examples", str(n),
+                              "--quiet", "--corpus", str(tmp_path / "shared"),
+                              "--report", str(tmp_path / f"r{n}.json")],
+                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for n in (300, 40)]
+    for run in runs:
+        out, _ = run.communicate(timeout=600)
+        assert run.returncode == 0, out
+    for n in (300, 40):
+        assert [t["examples"] for t in _report(tmp_path / f"r{n}.json")["targets"]] == [n, n]
+    assert len(list((tmp_path / "shared" / "journal").iterdir())) == 2

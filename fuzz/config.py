@@ -1,0 +1,126 @@
+"""One run's settings as one frozen record, and the callbacks apart from it.
+
+A run crosses process boundaries: the isolated fuzz worker, each xdist worker,
+``--confirm``'s fresh replay processes and, much later, ``replay`` of a saved
+repro file. Each of them receives the whole ``RunConfig`` as JSON and rebuilds
+it with ``from_json``; nothing copies fields by hand, so a setting added here
+reaches every process (tests/test_config.py sends every field through every
+boundary). Unknown keys are refused: a file written by another version, or
+edited by hand, is an error, not a silently different run.
+
+``Hooks`` are what a process wires up for itself (progress printing, the
+worker's journal); they never travel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fuzz.errors import UsageError
+from fuzz.targets import CONTRACTS
+
+
+class ConfigError(UsageError):
+    """A serialized RunConfig that cannot be read back (unknown key, wrong type)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that decides what a run does. Plain data only."""
+
+    targets: tuple[str, ...] = ()  # names asked for; () = every registered target
+    target_modules: tuple[str, ...] = ()  # plug-in modules (SYNCFUZZ_TARGET_MODULES) the targets come from
+    devices: tuple[str, ...] = ("cpu",)
+    contract: str = "caller"
+    seed: int = 0
+    max_examples: int | None = None  # per target (per item once planned); exclusive with budget
+    budget: float | None = None  # wall-clock seconds shared by the run's items
+    corpus: str | None = None  # Hypothesis database, failures/, journal/ (None: nothing saved)
+    stress: bool = False  # async-hazard stress mode (fuzz/stress.py)
+    upstream: bool = False  # the real vllm as a third side (fuzz/upstream.py)
+    confirm: int = 3  # fresh-process replays of each failure before it is reported
+    isolated: bool = True  # examples run in watched worker processes (fuzz/isolation.py)
+    example_timeout: float = 120.0  # watchdog per example, isolated runs
+    max_restarts: int = 3  # fresh workers per target after a crash or hang
+    workers: int = 1  # pytest-xdist workers
+    pieces: int = 1  # seeded items per target
+    shard: str | None = None  # "i/n": this host's share of the items
+    profile: str | None = None  # premerge / nightly, as asked (already applied to the fields)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "run config") -> RunConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where} must be a JSON object, found {type(data).__name__}")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError(f"{where} has unknown settings {unknown}; it was written by another syncfuzz "
+                              "version or edited by hand (known: " + ", ".join(known) + ")")
+        hints = typing.get_type_hints(cls)
+        values = {name: _typed(data[name], hints[name], f"{where}: {name}") for name in known if name in data}
+        config = cls(**values)
+        config.validate(where)
+        return config
+
+    def validate(self, where: str = "run config") -> None:
+        if self.contract not in CONTRACTS:
+            raise ConfigError(f"{where}: contract {self.contract!r} is not one of {', '.join(CONTRACTS)}")
+        unknown = [d for d in self.devices if d not in ("cpu", "cuda")]
+        if unknown or not self.devices:
+            raise ConfigError(f"{where}: devices {list(self.devices)} must be cpu and/or cuda")
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _typed(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against (and converted to) a field's type."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if value is None:
+        if type(None) in options:
+            return None
+        raise ConfigError(f"{where} must not be null")
+    for option in options:
+        if typing.get_origin(option) is tuple:
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return tuple(value)
+        elif option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        elif option is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        elif option in (str, bool) and type(value) is option:
+            return value
+    name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+    raise ConfigError(f"{where}: {json.dumps(value)[:60]} is not {name}")
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Callbacks one process wires up for itself; never serialized.
+
+    ``progress(outcome)`` every few seconds of a long target; the isolated
+    worker journals each example before it runs (``before_example``),
+    snapshots the outcome after each chunk (``after_chunk``) and ends its
+    process when its CUDA context is lost (``on_context_lost``).
+    """
+
+    progress: Callable[..., None] | None = None
+    item_done: Callable[..., None] | None = None  # (item, entry) after each item of a run
+    before_example: Callable[..., None] | None = None
+    after_chunk: Callable[..., None] | None = None
+    on_context_lost: Callable[..., None] | None = None
+
+
+NO_HOOKS = Hooks()

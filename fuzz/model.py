@@ -1,0 +1,386 @@
+"""The report model: what a run found, as frozen data with one set of rules.
+
+Every process boundary passes these records as JSON (an isolated worker's
+result, an xdist item's, a shard's report read by ``merge-reports``), and
+every output -- the summary table, the ``[fuzz]`` lines, Markdown, JUnit, the
+exit code -- is rendered from them. So each rule lives here once:
+
+* ``Failure.signature``: when two failures are the same bug;
+* ``TargetEntry.verdict_on(device)`` / ``.verdict``: what a target × device
+  showed, ``untested`` when no example ran (never "agree");
+* ``a + b``: entries of one target from restarted workers, pieces, shards or
+  hosts add up to what one run would have reported;
+* ``Report.exit_code()``: 0 clean, 1 a failing verdict, 2 a fuzzer error,
+  3 incomplete (some target × device ran no example).
+
+No torch here: merging reports must not need a GPU stack.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fuzz.errors import UsageError
+from fuzz.verdicts import CRASH_VERDICTS, EXAMPLE_VERDICTS, FUZZER_ERROR, SKIPPED, UNTESTED, Verdict, worst
+
+REPORT_FORMAT = "syncfuzz-report/2"
+# /1 said "agree" for a target that ran no example and had no exit code 3.
+READABLE_FORMATS = (REPORT_FORMAT,)
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+SIDES = ("legacy", "optimized")
+
+
+class Interrupted(Exception):
+    """A run stopped by SIGINT/SIGTERM; carries the entries of the items that finished."""
+
+    def __init__(self, entries: list[TargetEntry], signal_name: str = "SIGINT") -> None:
+        super().__init__(f"interrupted by {signal_name}")
+        self.entries = entries
+        self.signal_name = signal_name
+
+
+class ReportError(UsageError):
+    """A report file that cannot be read (wrong format, missing or mistyped field)."""
+
+
+def _field(data: Any, key: str, kind: type | tuple[type, ...], where: str, optional: bool = False) -> Any:
+    if not isinstance(data, Mapping):
+        raise ReportError(f"{where} must be a JSON object, found {type(data).__name__}")
+    if key not in data:
+        if optional:
+            return None
+        raise ReportError(f"{where} has no {key!r} field")
+    value = data[key]
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _tuple(kind)):
+        names = "/".join(k.__name__ for k in _tuple(kind))
+        raise ReportError(f"{where}: field {key!r} must be {names}, found {type(value).__name__}")
+    return value
+
+
+def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def failure_signature(verdict: str, mismatches: Iterable[Mapping[str, str]],
+                      exceptions: Mapping[str, str | None]) -> str:
+    """What makes two failures the same bug: the verdict, the first leaf where
+    the outputs differ and the exception types -- not the values or messages,
+    nor every other leaf one root cause also changed. A dead worker has no
+    leaf: its death ("killed by SIGABRT", "ran past the watchdog") stands in."""
+    mismatches = list(mismatches)
+    if verdict in CRASH_VERDICTS:
+        where = [[m["what"], m["detail"].split(";")[0]] for m in mismatches]
+    else:
+        where = [[m["path"], m["what"]] for m in mismatches[:1]]
+    return json.dumps([verdict, where, [exceptions.get("legacy"), exceptions.get("optimized")]])
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One distinct failure of a target: its minimal (or journaled) input."""
+
+    device: str
+    verdict: str
+    input: Mapping[str, Any]
+    mismatches: tuple[Mapping[str, str], ...] = ()
+    exceptions: Mapping[str, str | None] = field(default_factory=lambda: {"legacy": None, "optimized": None})
+    repro: str | None = None
+    known: str | None = None  # the accepted reason (known-issues file), if any
+    confirmed: str | None = None  # "k/n": reproduced k of n fresh replays
+    flaky: bool = False  # did not reproduce every time
+
+    @property
+    def signature(self) -> str:
+        return failure_signature(self.verdict, self.mismatches, self.exceptions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "verdict": self.verdict, "input": dict(self.input),
+                "mismatches": [dict(m) for m in self.mismatches], "exceptions": dict(self.exceptions),
+                "repro": self.repro, "known": self.known, "confirmed": self.confirmed, "flaky": self.flaky}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Failure:
+        verdict = _field(data, "verdict", str, where)
+        if verdict not in EXAMPLE_VERDICTS:
+            raise ReportError(f"{where}: verdict {verdict!r} is not one of {', '.join(sorted(EXAMPLE_VERDICTS))}")
+        mismatches = _field(data, "mismatches", list, where)
+        for index, mismatch in enumerate(mismatches):
+            for key in ("path", "what", "detail"):
+                _field(mismatch, key, str, f"{where} mismatch {index}")
+        exceptions = _field(data, "exceptions", dict, where, optional=True) or {}
+        return cls(device=_field(data, "device", str, where), verdict=verdict,
+                   input=_field(data, "input", dict, where), mismatches=tuple(mismatches),
+                   exceptions={side: exceptions.get(side) for side in SIDES},
+                   repro=_field(data, "repro", str, where, optional=True),
+                   known=_field(data, "known", str, where, optional=True),
+                   confirmed=_field(data, "confirmed", str, where, optional=True),
+                   flaky=bool(_field(data, "flaky", bool, where, optional=True)))
+
+
+def _add_histograms(a: Mapping[str, Mapping[str, int]], b: Mapping[str, Mapping[str, int]]) -> dict:
+    out: dict[str, dict[str, int]] = {}
+    for side in SIDES:
+        merged = dict(a.get(side, {}))
+        for count, n in b.get(side, {}).items():
+            merged[count] = merged.get(count, 0) + n
+        out[side] = dict(sorted(merged.items(), key=lambda kv: int(kv[0])))
+    return out
+
+
+def _histograms(data: Any, key: str, where: str) -> dict[str, dict[str, int]]:
+    value = _field(data, key, dict, where, optional=True) or {}
+    out = {}
+    for side in SIDES:
+        histogram = _field(value, side, dict, f"{where} {key}", optional=True) or {}
+        for count, n in histogram.items():
+            if not count.lstrip("-").isdigit() or not isinstance(n, int):
+                raise ReportError(f"{where} {key} {side}: {count!r}: {n!r} is not a sync count and a number")
+        out[side] = dict(histogram)
+    return out
+
+
+@dataclass(frozen=True)
+class DeviceTally:
+    """What ran on one device: examples, their verdicts, syncs per call."""
+
+    examples: int = 0
+    verdicts: Mapping[str, int] = field(default_factory=dict)
+    both_raised: int = 0
+    # side -> {syncs per call (as text, a JSON key): calls}
+    syncs_per_call: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: {s: {} for s in SIDES})
+    # The part of those syncs torch's detector cannot see (docs/verdicts.md#syncs).
+    hidden_syncs_per_call: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: {s: {} for s in SIDES})
+
+    def __add__(self, other: DeviceTally) -> DeviceTally:
+        verdicts = dict(self.verdicts)
+        for verdict, count in other.verdicts.items():
+            verdicts[verdict] = verdicts.get(verdict, 0) + count
+        return DeviceTally(self.examples + other.examples, verdicts, self.both_raised + other.both_raised,
+                           _add_histograms(self.syncs_per_call, other.syncs_per_call),
+                           _add_histograms(self.hidden_syncs_per_call, other.hidden_syncs_per_call))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"examples": self.examples, "verdicts": dict(self.verdicts), "both_raised": self.both_raised,
+                "syncs_per_call": {s: dict(h) for s, h in self.syncs_per_call.items()},
+                "hidden_syncs_per_call": {s: dict(h) for s, h in self.hidden_syncs_per_call.items()}}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> DeviceTally:
+        verdicts = _field(data, "verdicts", dict, where)
+        if not all(isinstance(n, int) for n in verdicts.values()):
+            raise ReportError(f"{where}: verdict counts must be numbers")
+        return cls(examples=_field(data, "examples", int, where), verdicts=dict(verdicts),
+                   both_raised=_field(data, "both_raised", int, where),
+                   syncs_per_call=_histograms(data, "syncs_per_call", where),
+                   hidden_syncs_per_call=_histograms(data, "hidden_syncs_per_call", where))
+
+
+@dataclass(frozen=True)
+class TargetEntry:
+    """One target's run: the unit of every report, and of every merge."""
+
+    name: str
+    upstream: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    expected_optimized_syncs: int = 0
+    by_device: Mapping[str, DeviceTally] = field(default_factory=dict)
+    failures: tuple[Failure, ...] = ()
+    first_failure_at: int | None = None  # examples run when the first failure was seen
+    seconds: float = 0.0
+    flaky: bool = False  # Hypothesis saw a failure not reproduce within the run
+    skipped: str | None = None  # why the target runs on none of this run's devices
+    fuzzer_error: str | None = None
+    upstream_check: str | None = None  # under --upstream: compared, or why not
+    placement: tuple[Mapping[str, Any], ...] = ()  # where each item ran (xdist)
+
+    @property
+    def examples(self) -> int:
+        return sum(t.examples for t in self.by_device.values())
+
+    def _state(self) -> str | None:
+        """The verdict that overrides every device's: skipped or a fuzzer bug."""
+        if self.skipped and not self.by_device:
+            return SKIPPED
+        if self.fuzzer_error:
+            return FUZZER_ERROR
+        return None
+
+    def verdict_on(self, device: str) -> str:
+        """agree, an example verdict, or skipped / fuzzer-error / untested."""
+        state = self._state()
+        if state:
+            return state
+        found = [f.verdict for f in self.failures if f.device == device]
+        if found:
+            return worst(found)
+        tally = self.by_device.get(device)
+        return UNTESTED if tally is None or tally.examples == 0 else Verdict.AGREE.value
+
+    @property
+    def verdict(self) -> str:
+        """The target's verdict over all its devices (the worst of them)."""
+        state = self._state()
+        if state:
+            return state
+        if self.failures:
+            return worst(f.verdict for f in self.failures)
+        if not self.devices or self.untested_devices():
+            return UNTESTED
+        return Verdict.AGREE.value
+
+    def untested_devices(self) -> list[str]:
+        if self._state():
+            return []
+        return [d for d in self.devices if self.verdict_on(d) == UNTESTED]
+
+    def is_flaky_on(self, device: str) -> bool:
+        return any(f.flaky for f in self.failures if f.device == device) or (
+            self.flaky and any(f.device == device for f in self.failures))
+
+    def label_on(self, device: str) -> str:
+        """The verdict as a person reads it: flaky failures say so."""
+        verdict = self.verdict_on(device)
+        return f"{verdict} (flaky)" if verdict in EXAMPLE_VERDICTS and self.is_flaky_on(device) else verdict
+
+    def with_failures(self, failures: Iterable[Failure]) -> TargetEntry:
+        return replace(self, failures=tuple(failures))
+
+    def __add__(self, other: TargetEntry) -> TargetEntry:
+        """Two parts of one target's run (restarted workers, pieces, shards, hosts)."""
+        if other.name != self.name:
+            raise ValueError(f"cannot add entries of {self.name!r} and {other.name!r}")
+        by_device = dict(self.by_device)
+        for device, tally in other.by_device.items():
+            by_device[device] = by_device[device] + tally if device in by_device else tally
+        failures = list(self.failures)
+        seen = {f.signature for f in failures}
+        for failure in other.failures:
+            if failure.signature not in seen:  # the same bug found twice is kept once (the first)
+                seen.add(failure.signature)
+                failures.append(failure)
+        return TargetEntry(
+            name=self.name, upstream=self.upstream or other.upstream,
+            devices=tuple(sorted(set(self.devices) | set(other.devices))),
+            expected_optimized_syncs=self.expected_optimized_syncs, by_device=by_device,
+            failures=tuple(failures),
+            first_failure_at=self.first_failure_at if self.first_failure_at is not None else other.first_failure_at,
+            seconds=round(self.seconds + other.seconds, 3), flaky=self.flaky or other.flaky,
+            skipped=(self.skipped or other.skipped) if not by_device else None,
+            fuzzer_error=self.fuzzer_error or other.fuzzer_error,
+            upstream_check=self.upstream_check or other.upstream_check,
+            placement=self.placement + other.placement)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "upstream": list(self.upstream), "devices": list(self.devices),
+            "expected_optimized_syncs": self.expected_optimized_syncs, "examples": self.examples,
+            "first_failure_at": self.first_failure_at, "seconds": round(self.seconds, 3),
+            "verdict": self.verdict,
+            "verdict_by_device": {d: self.verdict_on(d) for d in self.devices},
+            "flaky": self.flaky, "skipped": self.skipped, "fuzzer_error": self.fuzzer_error,
+            "upstream_check": self.upstream_check,
+            "by_device": {d: t.to_json() for d, t in self.by_device.items()},
+            "failures": [f.to_json() for f in self.failures],
+            "placement": [dict(p) for p in self.placement],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "target entry") -> TargetEntry:
+        name = _field(data, "name", str, where)
+        where = f"{where} {name!r}"
+        by_device = _field(data, "by_device", dict, where)
+        failures = _field(data, "failures", list, where)
+        first = _field(data, "first_failure_at", int, where, optional=True)
+        return cls(
+            name=name, upstream=tuple(_field(data, "upstream", list, where)),
+            devices=tuple(_field(data, "devices", list, where)),
+            expected_optimized_syncs=_field(data, "expected_optimized_syncs", int, where),
+            by_device={d: DeviceTally.from_json(t, f"{where} on {d}") for d, t in by_device.items()},
+            failures=tuple(Failure.from_json(f, f"{where} failure {i}") for i, f in enumerate(failures)),
+            first_failure_at=first, seconds=float(_field(data, "seconds", (int, float), where)),
+            flaky=bool(_field(data, "flaky", bool, where)),
+            skipped=_field(data, "skipped", str, where, optional=True),
+            fuzzer_error=_field(data, "fuzzer_error", str, where, optional=True),
+            upstream_check=_field(data, "upstream_check", str, where, optional=True),
+            placement=tuple(_field(data, "placement", list, where, optional=True) or ()))
+
+
+def add_entries(entries: Iterable[TargetEntry]) -> list[TargetEntry]:
+    """Entries of the same target summed, in order of first appearance."""
+    totals: dict[str, TargetEntry] = {}
+    for entry in entries:
+        totals[entry.name] = totals[entry.name] + entry if entry.name in totals else entry
+    return list(totals.values())
+
+
+@dataclass(frozen=True)
+class Report:
+    """A whole run (or several merged): its entries, settings and versions."""
+
+    targets: tuple[TargetEntry, ...]
+    run: Mapping[str, Any] = field(default_factory=dict)
+    versions: Mapping[str, Any] = field(default_factory=dict)
+    interrupted: str | None = None  # "SIGTERM": a partial report of the items that finished
+
+    def exit_code(self) -> int:
+        """128 + signal if interrupted, 2 a fuzzer error, 1 a failure not
+        accepted as known, 3 incomplete, 0 clean."""
+        if self.interrupted:
+            return 128 + {"SIGINT": 2, "SIGTERM": 15}.get(self.interrupted, 2)
+        if any(e.fuzzer_error for e in self.targets):
+            return EXIT_USAGE
+        if self.new_failures():
+            return EXIT_FAILURE
+        if self.untested():
+            return EXIT_INCOMPLETE
+        return EXIT_OK
+
+    def new_failures(self) -> list[tuple[TargetEntry, Failure]]:
+        return [(e, f) for e in self.targets for f in e.failures if not f.known]
+
+    def untested(self) -> list[tuple[str, str]]:
+        """(target, device) pairs that ran no example."""
+        out = [(e.name, d) for e in self.targets for d in e.untested_devices()]
+        out += [(e.name, "-") for e in self.targets if not e.devices and e.verdict == UNTESTED]
+        return out
+
+    def failures_by_verdict(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for entry in self.targets:
+            for failure in entry.failures:
+                counts[failure.verdict] = counts.get(failure.verdict, 0) + 1
+        return counts
+
+    def __add__(self, other: Report) -> Report:
+        runs = [*self.run.get("merged_from", [self.run]), *other.run.get("merged_from", [other.run])]
+        return Report(tuple(add_entries([*self.targets, *other.targets])), {"merged_from": runs},
+                      self.versions or other.versions, self.interrupted or other.interrupted)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": REPORT_FORMAT, "run": dict(self.run), "versions": dict(self.versions),
+                "interrupted": self.interrupted, "exit_code": self.exit_code(),
+                "failures_by_verdict": self.failures_by_verdict(), "targets": [e.to_json() for e in self.targets]}
+
+    @classmethod
+    def from_json(cls, data: Any, source: str) -> Report:
+        if not isinstance(data, Mapping):
+            raise ReportError(f"report {source!r} is not a syncfuzz report (a JSON object)")
+        found = data.get("format")
+        if found not in READABLE_FORMATS:
+            if isinstance(found, str) and found.startswith("syncfuzz-report/"):
+                raise ReportError(f"report {source!r} has format {found!r}, which this syncfuzz cannot read "
+                                  f"(it reads {', '.join(READABLE_FORMATS)}); merge it with the syncfuzz that "
+                                  "wrote it, or re-run that shard")
+            raise ReportError(f"report {source!r} is not a syncfuzz report (format {found!r}, "
+                              f"expected {REPORT_FORMAT!r})")
+        where = f"report {source!r}"
+        entries = _field(data, "targets", list, where)
+        return cls(targets=tuple(TargetEntry.from_json(e, f"{where}: target {i}") for i, e in enumerate(entries)),
+                   run=_field(data, "run", dict, where), versions=_field(data, "versions", dict, where),
+                   interrupted=_field(data, "interrupted", str, where, optional=True))

@@ -1,0 +1,108 @@
+"""A run's items, one after another: budget shares, isolation, one entry per target.
+
+``fuzz.runner`` fuzzes one target in this process; this module decides which
+item runs next, with what share of the budget, and where (here, or in a
+watched worker process: ``fuzz.isolation``), then adds the items' entries of
+each target up (``fuzz.model``). ``fuzz.workers`` hands the same items to
+pytest-xdist instead.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from fuzz.budget import fair_share
+from fuzz.config import NO_HOOKS, Hooks, RunConfig
+from fuzz.devices import devices_for
+from fuzz.model import Interrupted, TargetEntry, add_entries
+from fuzz.plan import Item, plan
+from fuzz.runner import fuzz_target
+from fuzz.targets import Target
+
+if TYPE_CHECKING:
+    from fuzz.isolation import Isolation
+
+
+def fuzz_all(targets: list[Target], config: RunConfig, hooks: Hooks = NO_HOOKS,
+             isolation: Isolation | None = None, items: list[Item] | None = None,
+             announce: bool = False, seconds: float | None = None) -> list[TargetEntry]:
+    """Fuzz every item (a target, or a piece of one), in worker processes when
+    ``isolation`` is given; return one entry per target. A budget (``seconds``,
+    default the config's) is shared fairly by the items (fuzz.budget); time one
+    leaves unused rolls over."""
+    if items is None:
+        items = plan(targets, seed=config.seed, pieces=1, max_examples=config.max_examples)
+    seconds = config.budget if seconds is None else seconds
+    entries: list[TargetEntry] = []
+    start = time.monotonic()
+    try:
+        for index, item in enumerate(items):
+            deadline = None
+            if seconds is not None:
+                now = time.monotonic()
+                deadline = now + fair_share(now, start + seconds, 1, len(items) - index, ())
+            entries.append(run_item(item, config, isolation, deadline, hooks))
+            if hooks.item_done:
+                hooks.item_done(item, entries[-1])
+    except KeyboardInterrupt:
+        if isolation is not None:
+            isolation.discard_worker()
+        raise Interrupted(add_entries(entries), interrupted_by()) from None
+    result = add_entries(entries)
+    if announce:
+        for entry in result:
+            announce_entry(entry)
+    return result
+
+
+def run_item(item: Item, config: RunConfig, isolation: Isolation | None, deadline: float | None,
+             hooks: Hooks = NO_HOOKS) -> TargetEntry:
+    """One item's entry: its own seed and share of the examples."""
+    item_config = config.replace(seed=item.seed, max_examples=item.max_examples)
+    if isolation is not None and devices_for(item.target.devices, config.devices):
+        from fuzz.isolation import fuzz_isolated
+
+        return fuzz_isolated(item.target, item_config, deadline, isolation)
+    return fuzz_target(item.target, item_config, deadline, hooks).entry()
+
+
+_LAST_SIGNAL = ["SIGINT"]
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While the block runs, SIGTERM (a CI job cancelled, a host shutting
+    down) stops a run as Ctrl-C does: as KeyboardInterrupt, so the finished
+    items are reported. Handlers are restored after (and only the main thread
+    may set them: elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        _LAST_SIGNAL[0] = signal.Signals(signum).name
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def interrupted_by() -> str:
+    return _LAST_SIGNAL[0]
+
+
+def announce_entry(entry: TargetEntry) -> None:
+    if entry.verdict == "skipped":
+        sys.stderr.write(f"[fuzz] {entry.name}: skipped ({entry.skipped})\n")
+    else:
+        sys.stderr.write(f"[fuzz] {entry.name}: {entry.examples} examples, {entry.verdict}\n")

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The check every change to a CUDA path runs on the GPU host before it is
+# called done (docs/gpu-runs/ keeps each run): the WHOLE test suite, slow tests
+# included, then a short all-target CUDA fuzz (and the run's replays). Writes
+# to $OUT (or ./gpu-out): check.log, pytest.log, cuda.json, cuda.md.
+# Exit 0 only if both passed.
+set -u
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+WORKERS=${WORKERS:-12}; SEED=${SEED:-0}; N=${N:-100}
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c 'import torch, numpy, hypothesis, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "numpy", numpy.__version__, "hypothesis", hypothesis.__version__, "triton", triton.__version__)'
+  git log -1 --format='tree at %H (%s)' 2>/dev/null || true
+  start=$(date +%s)
+  # -m "slow or not slow": the default run skips slow tests; this one runs everything.
+  python3 -m pytest -q -n "$WORKERS" -p no:cacheprovider -m "slow or not slow" -rfE > "$OUT/pytest.log" 2>&1
+  suite=$?
+  echo "pytest exit $suite ($(( $(date +%s) - start )) s)"; tail -15 "$OUT/pytest.log"
+  start=$(date +%s)
+  echo "== python -m fuzz run --device cuda --seed $SEED --max-examples $N (every target)"
+  python3 -m fuzz run --device cuda --seed "$SEED" --max-examples "$N" --corpus /tmp/gpu-check-corpus \
+    --report "$OUT/cuda.json" --markdown "$OUT/cuda.md" --quiet --confirm 2
+  fuzz=$?
+  echo "fuzz exit $fuzz ($(( $(date +%s) - start )) s)"
+  [ "$suite" -eq 0 ] && [ "$fuzz" -eq 0 ]
+} 2>&1 | tee "$OUT/check.log"
+exit "${PIPESTATUS[0]}"

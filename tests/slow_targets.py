@@ -1,0 +1,56 @@
+"""A target that spends its whole budget share before its first example.
+
+Its input model takes ``SETUP_SECONDS`` to build its strategy (as a heavy
+import or a slow first CUDA call would), so in a run with ``--budget`` below
+that, every item after it finds the budget spent and runs no example -- on any
+machine, however loaded: the test of "untested" and exit 3 needs no timing
+luck. Registered with ``SYNCFUZZ_TARGET_MODULES=tests.slow_targets``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from fuzz.catalog import TARGETS as CATALOG
+from fuzz.targets import resolve_object
+
+SETUP_SECONDS = 1.5
+_OFFSETS = next(t for t in CATALOG if t.name == "fla-chunk-offsets")
+
+
+class SlowToDrawInputs:
+    """fla-chunk-offsets' input model, slow to set up."""
+
+    def __init__(self) -> None:
+        model = resolve_object(_OFFSETS.inputs)
+        self.inner = model() if isinstance(model, type) else model
+
+    def specs(self, *args: Any) -> Any:
+        time.sleep(SETUP_SECONDS)
+        return self.inner.specs(*args)
+
+    def materialize(self, *args: Any) -> Any:
+        return self.inner.materialize(*args)
+
+
+TARGETS = [dataclasses.replace(_OFFSETS, name="slow-to-draw", inputs="tests.slow_targets:SlowToDrawInputs")]
+
+
+def stuck_after_saying_so(cu_seqlens: Any, chunk_size: int) -> Any:
+    """Correct, until ``cu_seqlens`` holds three sequences: then it creates the
+    file named by SYNCFUZZ_TEST_STUCK and sleeps, so a test knows the run is
+    stuck here (every earlier item done) before it sends a signal."""
+    import os
+    from pathlib import Path
+
+    from optimized.fla_index import prepare_chunk_offsets
+
+    if cu_seqlens.numel() > 3:
+        Path(os.environ["SYNCFUZZ_TEST_STUCK"]).touch()
+        time.sleep(3600)
+    return prepare_chunk_offsets(cu_seqlens, chunk_size)
+
+
+TARGETS.append(dataclasses.replace(_OFFSETS, name="stuck", optimized="tests.slow_targets:stuck_after_saying_so"))

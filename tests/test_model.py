@@ -1,0 +1,232 @@
+"""The report model: one verdict rule, one same-bug rule, one exit-code rule,
+and every renderer (table, failure lines, Markdown, JUnit, JSON, merge) saying
+the same thing -- "untested" above all, never "agree" for a target that ran
+no example."""
+
+from __future__ import annotations
+
+import json
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from fuzz.cli import main
+from fuzz.formats import junit_xml, markdown
+from fuzz.model import (
+    EXIT_FAILURE,
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    EXIT_USAGE,
+    REPORT_FORMAT,
+    DeviceTally,
+    Failure,
+    Report,
+    ReportError,
+    TargetEntry,
+    failure_signature,
+)
+from fuzz.orchestrate import announce_entry
+from fuzz.report import failure_lines, summary_table
+
+RAN = DeviceTally(examples=5, verdicts={"agree": 5})
+NONE_RAN = DeviceTally()
+
+
+def entry(name="t", **fields) -> TargetEntry:
+    fields.setdefault("devices", ("cpu",))
+    fields.setdefault("by_device", {d: RAN for d in fields["devices"]})
+    return TargetEntry(name=name, upstream=("vllm/x.py::f",), **fields)
+
+
+def failure(verdict="divergence", device="cpu", path="[0]", what="values", detail="d", **fields) -> Failure:
+    return Failure(device=device, verdict=verdict, input={"device": device, "n": 1},
+                   mismatches=({"path": path, "what": what, "detail": detail},), **fields)
+
+
+UNTESTED = entry(devices=("cpu", "cuda"), by_device={"cpu": RAN, "cuda": NONE_RAN})
+
+
+def test_a_device_that_ran_no_example_is_untested_in_every_format(capsys):
+    report = Report((UNTESTED,))
+    assert UNTESTED.verdict_on("cpu") == "agree" and UNTESTED.verdict_on("cuda") == "untested"
+    assert UNTESTED.verdict == "untested"
+    data = report.to_json()
+    assert data["targets"][0]["verdict"] == "untested"
+    assert data["targets"][0]["verdict_by_device"] == {"cpu": "agree", "cuda": "untested"}
+    assert data["exit_code"] == EXIT_INCOMPLETE == report.exit_code() == 3
+    table = summary_table(report.targets).splitlines()
+    assert "untested" in next(line for line in table if "cuda" in line)
+    assert any(line.startswith("UNTESTED: t on cuda") for line in failure_lines(report.targets))
+    assert "| t | cuda | 0 | untested" in markdown(report)
+    suite = ET.fromstring(junit_xml(report))
+    cuda = next(case for case in suite if case.get("name") == "cuda")
+    assert cuda.find("skipped") is not None and suite.get("skipped") == "1" and suite.get("failures") == "0"
+    announce_entry(UNTESTED)
+    assert "0 examples" not in capsys.readouterr().err  # 5 ran on cpu...
+    announce_entry(entry(by_device={"cpu": NONE_RAN}))
+    assert capsys.readouterr().err.strip() == "[fuzz] t: 0 examples, untested"
+
+
+def test_a_divergence_outranks_untested():
+    report = Report((UNTESTED, entry("u", failures=(failure(),))))
+    assert report.exit_code() == EXIT_FAILURE
+
+
+def test_a_known_failure_does_not_fail_the_run_but_untested_still_counts():
+    assert Report((entry(failures=(failure(known="accepted"),)),)).exit_code() == EXIT_OK
+    assert Report((entry(failures=(failure(known="accepted"),)), UNTESTED)).exit_code() == EXIT_INCOMPLETE
+
+
+def test_a_fuzzer_error_is_exit_2_and_named_everywhere():
+    broken = entry(fuzzer_error="strategy exploded")
+    report = Report((broken, entry("u", failures=(failure(),))))
+    assert report.exit_code() == EXIT_USAGE
+    assert broken.verdict == broken.verdict_on("cpu") == "fuzzer-error"
+    assert "fuzzer-error" in summary_table(report.targets)
+    assert ET.fromstring(junit_xml(report)).get("errors") == "1"
+
+
+def test_a_skipped_target_is_neither_untested_nor_a_failure():
+    skipped = TargetEntry(name="gpu-only", devices=(), skipped="runs on cuda; this run has cpu")
+    report = Report((skipped,))
+    assert skipped.verdict == "skipped" and report.exit_code() == EXIT_OK
+    assert "skipped" in summary_table(report.targets)
+
+
+def test_entries_add_up_and_keep_each_bug_once():
+    a = entry(by_device={"cpu": DeviceTally(3, {"agree": 2, "divergence": 1}, 1,
+                                            {"legacy": {"1": 3}, "optimized": {"0": 3}})},
+              failures=(failure(detail="first"),), first_failure_at=3, seconds=1.0)
+    b = entry(devices=("cuda",), by_device={"cuda": DeviceTally(2, {"agree": 2}, 0,
+                                                                {"legacy": {"2": 2}, "optimized": {"0": 2}})},
+              failures=(failure(detail="same bug, other values"), failure(device="cuda", what="shape")),
+              seconds=2.0)
+    total = a + b + entry(by_device={"cpu": DeviceTally(1, {"agree": 1}, 0,
+                                                        {"legacy": {"1": 1}, "optimized": {"0": 1}})})
+    assert total.devices == ("cpu", "cuda") and total.examples == 6
+    assert total.by_device["cpu"].examples == 4 and total.by_device["cpu"].syncs_per_call["legacy"] == {"1": 4}
+    assert [f.mismatches[0]["detail"] for f in total.failures] == ["first", "d"]
+    assert total.first_failure_at == 3 and total.seconds == 3.0
+
+
+def test_the_same_bug_rule_ignores_values_but_not_where_or_what():
+    base = failure()
+    assert failure(detail="other numbers").signature == base.signature
+    assert failure(path="[1]").signature != base.signature
+    assert failure(verdict="error-mismatch").signature != base.signature
+    # A dead worker has no leaf: the death stands in, the last output does not.
+    crash = failure_signature("crash", [{"path": "<output>", "what": "crash",
+                                         "detail": "worker killed by SIGABRT; last output: x"}], {})
+    again = failure_signature("crash", [{"path": "<output>", "what": "crash",
+                                         "detail": "worker killed by SIGABRT; last output: y"}], {})
+    assert crash == again
+
+
+def test_report_json_round_trips():
+    report = Report((UNTESTED, entry("u", failures=(failure(repro="/c/f.json", confirmed="3/3"),),
+                                     placement=({"worker": "gw0"},))), run={"seed": 1}, versions={"torch": "x"})
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["format"] == REPORT_FORMAT
+    again = Report.from_json(data, "r.json")
+    assert again == report and again.to_json() == data
+
+
+MALFORMED = {
+    "old-format": ({"format": "syncfuzz-report/1", "targets": []},
+                   "'syncfuzz-report/1', which this syncfuzz cannot read"),
+    "not-a-report": ({"format": "x", "targets": []}, "not a syncfuzz report"),
+    "no-targets": ({"format": REPORT_FORMAT, "run": {}, "versions": {}}, "has no 'targets' field"),
+    "target-not-object": ({"format": REPORT_FORMAT, "run": {}, "versions": {}, "targets": [3]},
+                          "must be a JSON object"),
+    "bad-examples": ({"format": REPORT_FORMAT, "run": {}, "versions": {},
+                      "targets": [{**entry().to_json(), "by_device": {"cpu": {**RAN.to_json(), "examples": "5"}}}]},
+                     "field 'examples' must be int"),
+    "bad-verdict": ({"format": REPORT_FORMAT, "run": {}, "versions": {},
+                     "targets": [{**entry().to_json(), "failures": [{**failure().to_json(), "verdict": "banana"}]}]},
+                    "verdict 'banana' is not one of"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_a_malformed_report_is_one_line_and_exit_2(name, tmp_path, capsys):
+    data, expected = MALFORMED[name]
+    with pytest.raises(ReportError, match="r.json"):
+        Report.from_json(data, "r.json")
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(data))
+    assert main(["merge-reports", str(tmp_path / "out.json"), str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err, err
+    assert not (tmp_path / "out.json").exists()
+
+
+def _write(tmp_path, name, *entries) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(Report(entries, run={"seed": 0}).to_json()))
+    return str(path)
+
+
+def test_merge_reports_exits_as_the_merged_run_would(tmp_path):
+    out = str(tmp_path / "m.json")
+    clean = _write(tmp_path, "clean.json", entry())
+    assert main(["merge-reports", out, clean]) == EXIT_OK
+    assert main(["merge-reports", out, clean, _write(tmp_path, "bug.json", entry(fuzzer_error="boom"))]) == EXIT_USAGE
+    assert json.loads((tmp_path / "m.json").read_text())["exit_code"] == EXIT_USAGE
+    assert main(["merge-reports", out, clean, _write(tmp_path, "untested.json", UNTESTED)]) == EXIT_INCOMPLETE
+    # One shard ran nothing on cuda, the other did: together the target is tested.
+    other = entry(devices=("cuda",), by_device={"cuda": RAN})
+    assert main(["merge-reports", out, _write(tmp_path, "a.json", UNTESTED), _write(tmp_path, "b.json", other)]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["targets"][0]["verdict"] == "agree"
+
+
+def test_a_run_with_a_target_that_ran_no_example_says_untested_and_exits_3(tmp_path):
+    """The budget is spent before fla-chunk-offsets' turn (tests/slow_targets.py):
+    it must read "untested" in the JSON, the [fuzz] line, Markdown and JUnit."""
+    from tests.support import cli
+
+    result = cli("run", "--target", "slow-to-draw", "--target", "fla-chunk-offsets", "--budget", "1",
+                 "--device", "cpu", "--seed", "0", "--in-process", "--corpus", str(tmp_path / "c"),
+                 "--report", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"),
+                 "--junit", str(tmp_path / "r.xml"), extra_env={"SYNCFUZZ_TARGET_MODULES": "tests.slow_targets"})
+    assert result.returncode == EXIT_INCOMPLETE, result.stdout + result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    offsets = next(t for t in report["targets"] if t["name"] == "fla-chunk-offsets")
+    assert offsets["examples"] == 0 and offsets["verdict"] == "untested" and report["exit_code"] == 3
+    assert "[fuzz] fla-chunk-offsets: 0 examples, untested" in result.stderr
+    assert "UNTESTED: fla-chunk-offsets on cpu" in result.stdout and "incomplete" in result.stdout
+    assert "| fla-chunk-offsets | cpu | 0 | untested" in (tmp_path / "r.md").read_text()
+    case = next(c for c in ET.parse(tmp_path / "r.xml").getroot() if c.get("classname") == "syncfuzz.fla-chunk-offsets")
+    assert case.find("skipped") is not None
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_a_signal_writes_the_partial_report_and_says_so(how, tmp_path):
+    """Stopped while stuck in its second target, the run reports the first one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.support import ROOT
+
+    stuck = tmp_path / "stuck"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SYNCFUZZ_TARGET_MODULES": "tests.slow_targets",
+           "SYNCFUZZ_TEST_STUCK": str(stuck)}
+    child = subprocess.Popen([sys.executable, "-m", "fuzz", "run", "--target", "fla-chunk-offsets", "--target",
+                              "stuck", "--device", "cpu", "--seed", "0", "--max-examples", "50", "--in-process",
+                              "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json")],
+                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waited = 0.0
+    while not stuck.exists() and child.poll() is None and waited < 300:
+        time.sleep(0.1)
+        waited += 0.1
+    assert stuck.exists(), child.communicate()
+    child.send_signal(getattr(signal, how))
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 128 + getattr(signal, how), out + err
+    assert f"interrupted by {how}" in err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["interrupted"] == how and report["exit_code"] == child.returncode
+    assert [t["name"] for t in report["targets"]] == ["fla-chunk-offsets"]
+    assert report["targets"][0]["examples"] == 50
