@@ -209,23 +209,26 @@ def test_rope_and_split_make_no_sync_while_legacy_does(name):
 
 @requires_cuda
 @pytest.mark.parametrize("name", ["keye-process-image", "keye-process-video"])
-def test_cpu_kept_grids_still_make_two_hidden_syncs(name):
-    # Position ids and sample indices: non_blocking=True from pageable memory.
+def test_cpu_kept_grids_make_no_sync(name):
+    # Position ids and sample indices go non_blocking=True from pageable memory:
+    # a few KiB, which the driver stages without waiting (measured on the H200,
+    # finding F4 corrected), so they are not syncs (they were counted as 2 hidden
+    # ones before 2026-11-29; this test kept the old count until 2026-12-01).
     result = run_side(target(name), "optimized", metadata_spec("keye", [[1, 4, 2], [1, 2, 2]]))
-    assert (result.syncs, result.hidden_syncs) == (2, 2)
+    assert (result.syncs, result.hidden_syncs) == (0, 0)
 
 
 @requires_cuda
 def test_device_grid_image_adds_the_one_tolist():
     result = run_side(target("keye-process-image"), "optimized", metadata_spec("keye_vl1_5", [[1, 4, 2], [1, 2, 2]]))
-    assert (result.syncs, result.hidden_syncs) == (3, 2)
+    assert (result.syncs, result.hidden_syncs) == (1, 0)
 
 
 @requires_cuda
 def test_device_grid_video_syncs_once_per_row():
     rows = [[1, 4, 2], [1, 4, 2], [1, 2, 2]]
     result = run_side(target("keye-process-video"), "optimized", metadata_spec("keye_vl1_5", rows))
-    assert (result.syncs, result.hidden_syncs) == (2 + len(rows), 2)
+    assert (result.syncs, result.hidden_syncs) == (len(rows), 0)
 
 
 @requires_cuda
