@@ -222,12 +222,17 @@ CONFIRM_SHARE = 0.1
 MIN_SECONDS_PER_ITEM = 0.5
 
 
-def _check_budget(budget: float | None, items: int, workers: int) -> None:
+def _fuzz_seconds(budget: float, confirm: int) -> float:
+    """The part of --budget the fuzzing gets: with --confirm, the replays keep CONFIRM_SHARE."""
+    return budget * (1 - CONFIRM_SHARE) if confirm else budget
+
+
+def _check_budget(budget: float | None, items: int, workers: int, confirm: int) -> None:
     if budget is None or not items:
         return
-    share = budget * workers / items
+    share = _fuzz_seconds(budget, confirm) * workers / items
     if share < MIN_SECONDS_PER_ITEM:
-        needed = MIN_SECONDS_PER_ITEM * items / workers
+        needed = math.ceil(MIN_SECONDS_PER_ITEM * items / workers / (_fuzz_seconds(budget, confirm) / budget))
         raise UsageError(f"--budget {budget:g} s gives each of the {items} items {share:.2f} s with {workers} "
                          f"worker(s), too little to run an example; use --budget {needed:g} or more, or fewer "
                          "--target/--pieces")
@@ -263,7 +268,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         planned = len(targets) * args.pieces
         raise UsageError(f"--shard {args.shard} leaves no item: the run plans {planned} (targets x --pieces); "
                          f"use a shard count of at most {planned}, or more --pieces")
-    _check_budget(args.budget, len(items), args.workers)
+    _check_budget(args.budget, len(items), args.workers, args.confirm)
     outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit})
     corpus = check_corpus(args.corpus)
     config = run_config(args, devices, seed)
@@ -274,7 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     # Confirmation replays fit inside --budget: the fuzzing gets the rest.
-    seconds = None if args.budget is None else args.budget * (1 - CONFIRM_SHARE if args.confirm else 1)
+    seconds = None if args.budget is None else _fuzz_seconds(args.budget, args.confirm)
     try:
         with stop_on_signals():
             entries = _fuzz(args, targets, items, config, corpus, seconds)

@@ -11,7 +11,6 @@ host across its workers.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from dataclasses import dataclass
 
@@ -48,12 +47,21 @@ def piece_seed(seed: int, target: Target, piece: int) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
+def split_examples(max_examples: int | None, pieces: int) -> list[int | None]:
+    """Each piece's examples, adding up to exactly ``max_examples`` (a piece
+    that would get none is not planned); under a budget (None) every piece."""
+    if max_examples is None:
+        return [None] * pieces
+    base, extra = divmod(max_examples, pieces)
+    return [base + (p < extra) for p in range(pieces) if base + (p < extra)]
+
+
 def plan(targets: list[Target], *, seed: int, pieces: int, max_examples: int | None,
          shard: tuple[int, int] | None = None) -> list[Item]:
     if pieces < 1:
         raise UsageError(f"--pieces {pieces} must be at least 1")
-    per_piece = None if max_examples is None else max(1, math.ceil(max_examples / pieces))
-    items = [Item(t, p, pieces, piece_seed(seed, t, p), per_piece) for t in targets for p in range(pieces)]
+    items = [Item(t, p, pieces, piece_seed(seed, t, p), share)
+             for t in targets for p, share in enumerate(split_examples(max_examples, pieces))]
     if shard is not None:
         index, count = shard
         items = items[index - 1::count]

@@ -11,7 +11,8 @@ WORKERS=${WORKERS:-12}; SEED=${SEED:-0}; N=${N:-100}
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch, numpy, hypothesis, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "numpy", numpy.__version__, "hypothesis", hypothesis.__version__, "triton", triton.__version__)'
-  git log -1 --format='tree at %H (%s)' 2>/dev/null || true
+  # The copied working tree, not git's HEAD (the copy may carry uncommitted work).
+  python3 -c 'from fuzz.versions import code_tree; print("code tree", code_tree())'
   start=$(date +%s)
   # -m "slow or not slow": the default run skips slow tests; this one runs everything.
   python3 -m pytest -q -n "$WORKERS" -p no:cacheprovider -m "slow or not slow" -rfE > "$OUT/pytest.log" 2>&1

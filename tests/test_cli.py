@@ -48,7 +48,8 @@ BAD_RUNS = {
     "text-budget": (["--budget", "soon"], "number of seconds"),
     "budget-and-examples": (["--budget", "3", "--max-examples", "4"], "not allowed with"),
     "zero-examples": (["--max-examples", "0"], "at least 1"),
-    "impossible-budget": (["--budget", "1", "--pieces", "2"], "use --budget 21 or more"),
+    # 42 items x 0.5 s, with 10% of the budget kept for --confirm's replays.
+    "impossible-budget": (["--budget", "1", "--pieces", "2"], "use --budget 24 or more"),
     "bad-seed": (["--seed", "x"], "whole number"),
     "negative-seed": (["--seed", "-1"], "between 0"),
     "bad-device": (["--device", "tpu"], "invalid choice"),

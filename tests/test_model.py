@@ -184,7 +184,7 @@ def test_a_run_with_a_target_that_ran_no_example_says_untested_and_exits_3(tmp_p
     it must read "untested" in the JSON, the [fuzz] line, Markdown and JUnit."""
     from tests.support import cli
 
-    result = cli("run", "--target", "slow-to-draw", "--target", "fla-chunk-offsets", "--budget", "1",
+    result = cli("run", "--target", "slow-to-draw", "--target", "fla-chunk-offsets", "--budget", "1.2",
                  "--device", "cpu", "--seed", "0", "--in-process", "--corpus", str(tmp_path / "c"),
                  "--report", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"),
                  "--junit", str(tmp_path / "r.xml"), extra_env={"SYNCFUZZ_TARGET_MODULES": "tests.slow_targets"})

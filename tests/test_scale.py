@@ -177,3 +177,17 @@ def test_two_runs_on_one_corpus_each_report_what_they_ran(tmp_path):
     for n in (300, 40):
         assert [t["examples"] for t in _report(tmp_path / f"r{n}.json")["targets"]] == [n, n]
     assert len(list((tmp_path / "shared" / "journal").iterdir())) == 2
+
+
+@pytest.mark.parametrize("pieces,examples", [(50, 5), (3, 100), (2, 7)])
+def test_pieces_add_up_to_exactly_the_examples_asked_for(pieces, examples, tmp_path):
+    from fuzz.plan import plan
+    from fuzz.targets import lookup
+
+    items = plan(lookup(["fla-chunk-offsets"]), seed=0, pieces=pieces, max_examples=examples)
+    assert sum(item.max_examples for item in items) == examples  # --pieces 50 --max-examples 5 ran 50
+    path = tmp_path / "r.json"
+    assert main(["run", "--device", "cpu", "--seed", "0", "--max-examples", str(examples), "--pieces", str(pieces),
+                 "--target", "fla-chunk-offsets", "--in-process", "--quiet", "--confirm", "0",
+                 "--corpus", str(tmp_path / "c"), "--report", str(path)]) == 0
+    assert _report(path)["targets"][0]["examples"] == examples
