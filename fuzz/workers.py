@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,8 +84,9 @@ def _run_showing_items(command: list[str], env: dict, workdir: Path, results: Pa
     (the xdist workers' own output is captured by pytest)."""
     from fuzz.report import item_line, show_worker_line
 
+    # Its own process group: on an interrupt, pytest and its xdist workers go together.
     process = subprocess.Popen(command, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+                               text=True, start_new_session=True)
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
     reader.start()
@@ -103,7 +105,10 @@ def _run_showing_items(command: list[str], env: dict, workdir: Path, results: Pa
                 break
             time.sleep(0.5)
     except BaseException:
-        process.kill()
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         process.wait()
         raise
     reader.join(timeout=5)

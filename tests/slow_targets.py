@@ -48,7 +48,7 @@ def stuck_after_saying_so(cu_seqlens: Any, chunk_size: int) -> Any:
     from optimized.fla_index import prepare_chunk_offsets
 
     if cu_seqlens.numel() > 3:
-        Path(os.environ["SYNCFUZZ_TEST_STUCK"]).touch()
+        Path(os.environ["SYNCFUZZ_TEST_STUCK"]).write_text(str(os.getpid()))  # whoever is stuck here
         time.sleep(3600)
     return prepare_chunk_offsets(cu_seqlens, chunk_size)
 
