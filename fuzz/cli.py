@@ -16,11 +16,11 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError, UsageError
-from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Report, TargetEntry
+from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Interrupted, Report, TargetEntry
 from fuzz.preflight import check_corpus, check_output, check_outputs
 from fuzz.provenance import add_parser as add_provenance_parser
 from fuzz.provenance import cmd_provenance
@@ -274,7 +274,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args, devices, seed)
     if "cuda" not in devices:
         print("[fuzz] sync counting skipped: no CUDA device in this run (syncs are a GPU-only oracle)", file=sys.stderr)
-    from fuzz.model import Interrupted
     from fuzz.orchestrate import stop_on_signals
 
     started = time.monotonic()
@@ -322,34 +321,42 @@ def journal_folder(corpus: Path) -> Path:
     return corpus / "journal" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
-def _finish_interrupted(stop: Any, config: RunConfig, outputs: dict[str, Path]) -> int:
-    """A partial report of the items that finished (no confirmation: no time)."""
+def _print_summary(report: Report) -> None:
+    """The table and each failure's lines, as every run ends."""
     from fuzz.report import failure_lines, summary_table
-    from fuzz.versions import versions
 
-    report = Report(tuple(stop.entries), run=config.to_json(), versions=versions(), interrupted=stop.signal_name)
     print(summary_table(report.targets))
     for line in failure_lines(report.targets):
         print(line)
+
+
+def _fallback_folder(config: RunConfig) -> Path | None:
+    """Where an output goes if its own path cannot be written at the end."""
+    return Path(config.corpus) / "reports" if config.corpus else None
+
+
+def _finish_interrupted(stop: Interrupted, config: RunConfig, outputs: dict[str, Path]) -> int:
+    """A partial report of the items that finished (no confirmation: no time)."""
+    from fuzz.versions import versions
+
+    report = Report(tuple(stop.entries), run=config.to_json(), versions=versions(), interrupted=stop.signal_name)
+    _print_summary(report)
     print(f"interrupted by {stop.signal_name}: the report holds the {len(report.targets)} target(s) whose items "
           "finished; saved failures and the example database are kept", file=sys.stderr)
-    _write_outputs(report, outputs, Path(config.corpus) / "reports" if config.corpus else None)
+    _write_outputs(report, outputs, _fallback_folder(config))
     return report.exit_code()
 
 
 def _finish(entries: list[TargetEntry], config: RunConfig, known: list[dict], outputs: dict[str, Path],
             confirm_until: float | None = None) -> int:
     """Confirm and triage failures, print the summary, write every output."""
-    from fuzz.report import failure_lines, summary_table
     from fuzz.triage import confirm, mark_known
     from fuzz.versions import versions
 
     entries = mark_known(confirm(entries, config.confirm, confirm_until), known, config.contract)
     report = Report(tuple(entries), run=config.to_json(), versions=versions())
     exit_code = report.exit_code()
-    print(summary_table(report.targets))
-    for line in failure_lines(report.targets):
-        print(line)
+    _print_summary(report)
     unconfirmed = [f for _, f in report.new_failures() if f.repro and f.confirmed is None]
     if config.confirm and unconfirmed:
         print(f"note: {len(unconfirmed)} failure(s) not confirmed by fresh replays: the --budget ran out first "
@@ -357,7 +364,7 @@ def _finish(entries: list[TargetEntry], config: RunConfig, known: list[dict], ou
     print(f"seed {config.seed}, contract {config.contract}, devices {','.join(config.devices)}"
           + (f"; rerun with --seed {config.seed} to repeat" if exit_code == EXIT_FAILURE else "")
           + ("; incomplete: some target ran no example (exit 3)" if exit_code == EXIT_INCOMPLETE else ""))
-    if not _write_outputs(report, outputs, Path(config.corpus) / "reports" if config.corpus else None):
+    if not _write_outputs(report, outputs, _fallback_folder(config)):
         return exit_code if exit_code != EXIT_OK else EXIT_USAGE  # clean, but not where it was asked for
     return exit_code
 
