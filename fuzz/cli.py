@@ -21,9 +21,13 @@ from typing import Sequence
 from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError, UsageError
 from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Interrupted, Report, TargetEntry
+from fuzz.packs import add_parser as add_sources_parser
+from fuzz.packs import cmd_sources
 from fuzz.preflight import check_corpus, check_output, check_outputs
 from fuzz.provenance import add_parser as add_provenance_parser
 from fuzz.provenance import cmd_provenance
+from fuzz.scaffold import add_parser as add_new_target_parser
+from fuzz.scaffold import cmd_new_target
 from fuzz.targets import CONTRACTS
 
 EXIT_CODES_HELP = ("exit codes: 0 no failure, 1 a failing verdict (or a replayed failure still fails), "
@@ -110,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
                           "poisoned as soon as it returns")
     run.add_argument("--upstream", action="store_true",
                      help="also run the real vllm function (vllm installed) and compare it with the optimized copy")
+    run.add_argument("--legacy", default="copy", metavar="SIDE",
+                     help="the legacy side: copy (legacy/, default), vllm==X.Y.Z (a release, from --sources or the "
+                          "wheel cache) or a PATH (a vllm checkout, an unpacked wheel, a .whl)")
+    run.add_argument("--optimized", default="copy", metavar="SIDE",
+                     help="the optimized side, as --legacy (copy: optimized/); e.g. --legacy vllm==0.33.0 "
+                          "--optimized ~/src/vllm fuzzes a branch against the release")
+    run.add_argument("--sources", action="append", default=[], metavar="DIR",
+                     help="source packs (python -m fuzz sources fetch) where vllm==X sides resolve, before "
+                          "$SYNCFUZZ_SOURCES and the packs shipped in sources/ (repeatable)")
     run.add_argument("--in-process", action="store_true",
                      help="no worker processes: faster start, but a crash or hang ends the run")
     run.add_argument("--profile", choices=sorted(PROFILES),
@@ -149,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("file", metavar="FILE")
     replay.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the saved one")
     add_provenance_parser(commands)
+    add_new_target_parser(commands)
+    add_sources_parser(commands)
     return parser
 
 
@@ -239,15 +254,18 @@ def _check_budget(budget: float | None, items: int, workers: int, confirm: int) 
 
 
 def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) -> RunConfig:
-    """The run as the command line asked for it (profile applied)."""
+    """The run as the command line asked for it (profile applied). The corpus is made
+    absolute: xdist workers run in their journal folder, and a relative corpus would
+    put their repro files there."""
     from fuzz.targets import _extra_modules
 
     return RunConfig(
         targets=tuple(args.target), target_modules=tuple(_extra_modules()), devices=devices,
         contract=args.contract, seed=seed, max_examples=args.max_examples, budget=args.budget,
-        corpus=str(Path(args.corpus)), stress=args.stress, upstream=args.upstream, confirm=args.confirm,
+        corpus=str(Path(args.corpus).resolve()), stress=args.stress, upstream=args.upstream, confirm=args.confirm,
         isolated=not args.in_process, example_timeout=args.example_timeout, max_restarts=args.max_restarts,
-        workers=args.workers, pieces=args.pieces, shard=args.shard, profile=args.profile)
+        workers=args.workers, pieces=args.pieces, shard=args.shard, profile=args.profile,
+        legacy=args.legacy, optimized=args.optimized, sources=tuple(args.sources))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -258,20 +276,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     _apply_profile(args)
     _validate_run(args)
+    _resolve_sides(args)
     targets = lookup(args.target)
     devices = resolve_devices(args.device)
     shard = parse_shard(args.shard)
     known = load_known_issues(Path(args.known_issues), known_targets()) if args.known_issues else []
     seed = args.seed if args.seed is not None else random.randrange(2**32)
-    items = plan(targets, seed=seed, pieces=args.pieces, max_examples=args.max_examples, shard=shard)
-    if not items:
+    config = run_config(args, devices, seed)
+    unbuilt = _unbuildable(targets, config, quiet=args.quiet)
+    buildable = [t for t in targets if t.name not in {e.name for e in unbuilt}]
+    items = plan(buildable, seed=seed, pieces=args.pieces, max_examples=args.max_examples, shard=shard)
+    if not items and not unbuilt:
         planned = len(targets) * args.pieces
         raise UsageError(f"--shard {args.shard} leaves no item: the run plans {planned} (targets x --pieces); "
                          f"use a shard count of at most {planned}, or more --pieces")
     _check_budget(args.budget, len(items), args.workers, args.confirm)
     outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit})
     corpus = check_corpus(args.corpus)
-    config = run_config(args, devices, seed)
     if "cuda" not in devices:
         print("[fuzz] sync counting skipped: no CUDA device in this run (syncs are a GPU-only oracle)", file=sys.stderr)
     from fuzz.orchestrate import stop_on_signals
@@ -281,7 +302,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     seconds = None if args.budget is None else _fuzz_seconds(args.budget, args.confirm)
     try:
         with stop_on_signals():
-            entries = _fuzz(args, targets, items, config, corpus, seconds)
+            entries = _fuzz(args, buildable, items, config, corpus, seconds) if items else []
     except Interrupted as stop:
         return _finish_interrupted(stop, config, outputs)
     if not args.quiet:
@@ -290,7 +311,46 @@ def cmd_run(args: argparse.Namespace) -> int:
         for entry in entries:  # per target, all its items together
             announce_entry(entry)
     until = None if args.budget is None else started + args.budget
+    order = [t.name for t in targets]
+    entries = sorted([*entries, *unbuilt], key=lambda e: order.index(e.name) if e.name in order else len(order))
     return _finish(entries, config, known, outputs, until)
+
+
+def _resolve_sides(args: argparse.Namespace) -> None:
+    """--legacy/--optimized checked (one line and exit 2 for a bad one) before any work."""
+    from fuzz.sides import check_side
+
+    for folder in args.sources:
+        if not Path(folder).expanduser().is_dir():
+            raise UsageError(f"--sources {folder!r} is not a directory; pass the --into folder of "
+                             "python -m fuzz sources fetch")
+    args.sources = [str(Path(folder).expanduser().resolve()) for folder in args.sources]
+    args.legacy = check_side(args.legacy, "--legacy", args.sources)
+    args.optimized = check_side(args.optimized, "--optimized", args.sources)
+
+
+def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEntry]:
+    """The targets a side's source cannot be built into: entries saying why; the rest run."""
+    if config.legacy == "copy" and config.optimized == "copy":
+        return []
+    from fuzz.devices import devices_for
+    from fuzz.sides import CannotBuild, bind_sides, identity
+
+    for role in ("legacy", "optimized"):
+        found = identity(getattr(config, role), config.sources)
+        detail = ", ".join(f"{k} {v}" for k, v in found.items() if k not in ("side", "kind", "files") and v)
+        print(f"[fuzz] {role}: {getattr(config, role)} ({detail})", file=sys.stderr)
+    out = []
+    for target in targets:
+        try:
+            bind_sides(target, config)
+        except CannotBuild as exc:
+            out.append(TargetEntry(name=target.name, upstream=tuple(target.upstream),
+                                   devices=devices_for(target.devices, config.devices),
+                                   expected_optimized_syncs=target.expected_optimized_syncs, cannot_build=str(exc)))
+            if not quiet:
+                print(f"[fuzz] {target.name}: cannot-build ({exc})", file=sys.stderr)
+    return out
 
 
 def _fuzz(args: argparse.Namespace, targets: list, items: list, config: RunConfig, corpus: Path,
@@ -337,9 +397,9 @@ def _fallback_folder(config: RunConfig) -> Path | None:
 
 def _finish_interrupted(stop: Interrupted, config: RunConfig, outputs: dict[str, Path]) -> int:
     """A partial report of the items that finished (no confirmation: no time)."""
-    from fuzz.versions import versions
 
-    report = Report(tuple(stop.entries), run=config.to_json(), versions=versions(), interrupted=stop.signal_name)
+    report = Report(tuple(stop.entries), run=_run_info(config), versions=_versions(config),
+                    interrupted=stop.signal_name)
     _print_summary(report)
     print(f"interrupted by {stop.signal_name}: the report holds the {len(report.targets)} target(s) whose items "
           "finished; saved failures and the example database are kept", file=sys.stderr)
@@ -351,10 +411,9 @@ def _finish(entries: list[TargetEntry], config: RunConfig, known: list[dict], ou
             confirm_until: float | None = None) -> int:
     """Confirm and triage failures, print the summary, write every output."""
     from fuzz.triage import confirm, mark_known
-    from fuzz.versions import versions
 
     entries = mark_known(confirm(entries, config.confirm, confirm_until), known, config.contract)
-    report = Report(tuple(entries), run=config.to_json(), versions=versions())
+    report = Report(tuple(entries), run=_run_info(config), versions=_versions(config))
     exit_code = report.exit_code()
     _print_summary(report)
     unconfirmed = [f for _, f in report.new_failures() if f.repro and f.confirmed is None]
@@ -367,6 +426,20 @@ def _finish(entries: list[TargetEntry], config: RunConfig, known: list[dict], ou
     if not _write_outputs(report, outputs, _fallback_folder(config)):
         return exit_code if exit_code != EXIT_OK else EXIT_USAGE  # clean, but not where it was asked for
     return exit_code
+
+
+def _run_info(config: RunConfig) -> dict:
+    from fuzz.sides import side_identities
+
+    return {**config.to_json(), "sides": side_identities(config)}
+
+
+def _versions(config: RunConfig) -> dict:
+    """versions(), with each role labelled by the side it ran (not the copy's origin)."""
+    from fuzz.sides import side_labels
+    from fuzz.versions import versions
+
+    return {**versions(), **side_labels(config)}
 
 
 def _write_outputs(report: Report, outputs: dict[str, Path], fallback: Path | None = None) -> bool:
@@ -482,7 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         commands = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "merge-reports": cmd_merge_reports,
-                    "selftest": cmd_selftest, "provenance": cmd_provenance}
+                    "selftest": cmd_selftest, "provenance": cmd_provenance,
+                    "sources": cmd_sources, "new-target": cmd_new_target}
         return commands[args.command](args)
     except HarnessError as exc:
         print(f"fuzz: internal error (a fuzzer bug, please report it): {exc}", file=sys.stderr)

@@ -20,6 +20,9 @@ Values are walked like ``torch.testing``'s pair chain: sequences and mappings
 recurse, growing a path (``[1]['cu_seqlens']``) so a report names the leaf.
 Tensors must match in type, shape, dtype and device; integer/bool values must
 be bitwise equal; floats use ``assert_close`` (or bitwise under ``exact``).
+Where the target declares ``Comparison(layout=True)`` (its callers hand the
+tensor to kernels or views), strides and contiguity must match too
+(``layout_of``: strides of size-1 dimensions and of empty tensors are ignored).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from fuzz.verdicts import Verdict
 @dataclass(frozen=True)
 class Mismatch:
     path: str
-    what: str  # "type", "shape", "dtype", "device", "values", "length", "keys", "exception", "syncs"
+    what: str  # "type", "shape", "dtype", "device", "values", "layout", "length", "keys", "exception", "syncs"
     detail: str
 
     def as_json(self) -> dict[str, str]:
@@ -88,6 +91,13 @@ def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: str)
         if a != b:
             yield Mismatch(path, what, f"legacy {a}, optimized {b}")
             return
+    yield from _compare_tensor_values(legacy, optimized, policy, path)
+    if policy.layout:
+        yield from _compare_layout(legacy, optimized, path)
+
+
+def _compare_tensor_values(legacy: torch.Tensor, optimized: torch.Tensor, policy: Comparison,
+                           path: str) -> Iterator[Mismatch]:
     a, b = legacy.detach().cpu(), optimized.detach().cpu()
     exact = policy.floats == "exact" or not (a.is_floating_point() or a.is_complex())
     if exact:
@@ -98,6 +108,33 @@ def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: str)
         torch.testing.assert_close(b, a, equal_nan=True)
     except AssertionError as exc:
         yield Mismatch(path, "values", " ".join(str(exc).split()))
+
+
+def layout_of(tensor: torch.Tensor) -> tuple[tuple[int | None, ...], bool]:
+    """What a kernel, a ``.view()`` or a Triton launch can see of a tensor's
+    memory layout: its strides, ``None`` for a dimension of size 1 (never
+    stepped over, so any stride is the same layout), and ``is_contiguous()``.
+    An empty tensor has no layout: every stride is ``None``."""
+    if tensor.layout != torch.strided:  # sparse and the like: no strides to compare, only the kind
+        return (str(tensor.layout),), False
+    sizes, strides = tuple(tensor.shape), tensor.stride()
+    if tensor.numel() == 0:
+        return (None,) * len(sizes), True
+    return tuple(None if n == 1 else s for n, s in zip(sizes, strides)), tensor.is_contiguous()
+
+
+def _compare_layout(legacy: torch.Tensor, optimized: torch.Tensor, path: str) -> Iterator[Mismatch]:
+    """Checked after the values: a leaf whose values differ too is reported
+    (and de-duplicated, fuzz.model.failure_signature) as a value mismatch first."""
+    if layout_of(legacy) != layout_of(optimized):
+        yield Mismatch(path, "layout", (
+            f"legacy strides {_strides(legacy)} (contiguous {legacy.is_contiguous()}), "
+            f"optimized strides {_strides(optimized)} (contiguous {optimized.is_contiguous()}) "
+            f"for shape {tuple(legacy.shape)}"))
+
+
+def _strides(tensor: torch.Tensor) -> tuple[int, ...] | str:
+    return tensor.stride() if tensor.layout == torch.strided else str(tensor.layout)
 
 
 def _equal_with_nans(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -51,6 +51,10 @@ class RunConfig:
     pieces: int = 1  # seeded items per target
     shard: str | None = None  # "i/n": this host's share of the items
     profile: str | None = None  # premerge / nightly, as asked (already applied to the fields)
+    # Each role's code (fuzz/sides.py): "copy", "vllm==X.Y.Z" or an absolute path to a vllm source.
+    legacy: str = "copy"
+    optimized: str = "copy"
+    sources: tuple[str, ...] = ()  # folders of source packs (--sources) where vllm==X sides resolve
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)

@@ -19,7 +19,7 @@ from fuzz.model import failure_signature
 from fuzz.outcome import Raised, SideResult
 from fuzz.stress import call_under_stress
 from fuzz.syncs import counting_syncs
-from fuzz.targets import Target
+from fuzz.targets import FORM_ATTRIBUTE, Target
 
 DEFAULT_CONFIG = RunConfig()
 
@@ -78,8 +78,11 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     # Each side gets its own copy of the spec: nothing a side (or --stress'
     # poisoning of host inputs) does may reach the spec that is saved and replayed.
     spec = copy.deepcopy(spec)
+    # A side rebuilt from a source takes its inputs in the form of the copy it was
+    # rebuilt from (fuzz/sides.py): --optimized vllm==0.27.1 gets legacy's inputs.
+    form = getattr(impl.module, FORM_ATTRIBUTE, side) if side in ("legacy", "optimized") else side
     try:
-        thunk = target.input_model().materialize(spec, impl, side)
+        thunk = target.input_model().materialize(spec, impl, form)
     except Exception as exc:  # a strategy bug, not a verdict
         raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
     on_cuda = spec["device"].startswith("cuda")

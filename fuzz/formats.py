@@ -11,7 +11,7 @@ from xml.etree import ElementTree as ET
 
 from fuzz.model import Failure, Report
 from fuzz.report import rows, sync_column
-from fuzz.verdicts import FUZZER_ERROR, UNTESTED
+from fuzz.verdicts import CANNOT_BUILD, FUZZER_ERROR, UNTESTED
 
 _UNTESTED_WHY = "no example ran within its share of the budget"
 
@@ -44,6 +44,8 @@ def markdown(report: Report) -> str:
         verdict = entry.label_on(device)
         if verdict == UNTESTED:
             verdict = f"untested ({_UNTESTED_WHY})"
+        elif verdict == CANNOT_BUILD:
+            verdict = f"cannot-build: {entry.cannot_build}"
         tally = entry.by_device.get(device)
         lines.append(f"| {entry.name} | {device} | {tally.examples if tally else 0} | {verdict} | "
                      f"{sync_column(entry, device).replace('->', '→')} | {len(new)} | {len(failures) - len(new)} |")
@@ -77,6 +79,10 @@ def junit_xml(report: Report) -> str:
         if verdict == FUZZER_ERROR:
             errors += 1
             ET.SubElement(case, "error", message="fuzzer bug").text = entry.fuzzer_error
+            continue
+        if verdict == CANNOT_BUILD:
+            skipped += 1  # nothing ran: CI must not count it as a pass
+            ET.SubElement(case, "skipped", message=f"cannot-build: {entry.cannot_build}")
             continue
         if verdict == UNTESTED:
             skipped += 1  # nothing ran: CI must not count it as a pass

@@ -11,7 +11,8 @@ exit code -- is rendered from them. So each rule lives here once:
 * ``a + b``: entries of one target from restarted workers, pieces, shards or
   hosts add up to what one run would have reported;
 * ``Report.exit_code()``: 0 clean, 1 a failing verdict, 2 a fuzzer error,
-  3 incomplete (some target × device ran no example).
+  3 incomplete (some target × device ran no example, or a side could not be
+  built for a target: ``cannot-build``).
 
 No torch here: merging reports must not need a GPU stack.
 """
@@ -24,7 +25,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fuzz.errors import UsageError
-from fuzz.verdicts import CRASH_VERDICTS, EXAMPLE_VERDICTS, FUZZER_ERROR, SKIPPED, UNTESTED, Verdict, worst
+from fuzz.verdicts import (
+    CANNOT_BUILD,
+    CRASH_VERDICTS,
+    EXAMPLE_VERDICTS,
+    FUZZER_ERROR,
+    SKIPPED,
+    UNTESTED,
+    Verdict,
+    worst,
+)
 
 REPORT_FORMAT = "syncfuzz-report/2"
 # /1 said "agree" for a target that ran no example and had no exit code 3.
@@ -198,6 +208,7 @@ class TargetEntry:
     fuzzer_error: str | None = None
     upstream_check: str | None = None  # under --upstream: compared, or why not
     placement: tuple[Mapping[str, Any], ...] = ()  # where each item ran (xdist)
+    cannot_build: str | None = None  # why a side's source cannot be built into this target (fuzz/sides.py)
 
     @property
     def examples(self) -> int:
@@ -209,6 +220,8 @@ class TargetEntry:
             return SKIPPED
         if self.fuzzer_error:
             return FUZZER_ERROR
+        if self.cannot_build:
+            return CANNOT_BUILD
         return None
 
     def verdict_on(self, device: str) -> str:
@@ -274,7 +287,8 @@ class TargetEntry:
             skipped=(self.skipped or other.skipped) if not by_device else None,
             fuzzer_error=self.fuzzer_error or other.fuzzer_error,
             upstream_check=self.upstream_check or other.upstream_check,
-            placement=self.placement + other.placement)
+            placement=self.placement + other.placement,
+            cannot_build=self.cannot_build or other.cannot_build)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -288,6 +302,7 @@ class TargetEntry:
             "by_device": {d: t.to_json() for d, t in self.by_device.items()},
             "failures": [f.to_json() for f in self.failures],
             "placement": [dict(p) for p in self.placement],
+            "cannot_build": self.cannot_build,
         }
 
     @classmethod
@@ -308,7 +323,8 @@ class TargetEntry:
             skipped=_field(data, "skipped", str, where, optional=True),
             fuzzer_error=_field(data, "fuzzer_error", str, where, optional=True),
             upstream_check=_field(data, "upstream_check", str, where, optional=True),
-            placement=tuple(_field(data, "placement", list, where, optional=True) or ()))
+            placement=tuple(_field(data, "placement", list, where, optional=True) or ()),
+            cannot_build=_field(data, "cannot_build", str, where, optional=True))
 
 
 def add_entries(entries: Iterable[TargetEntry]) -> list[TargetEntry]:
@@ -337,7 +353,7 @@ class Report:
             return EXIT_USAGE
         if self.new_failures():
             return EXIT_FAILURE
-        if self.untested():
+        if self.untested() or self.cannot_build():
             return EXIT_INCOMPLETE
         return EXIT_OK
 
@@ -349,6 +365,10 @@ class Report:
         out = [(e.name, d) for e in self.targets for d in e.untested_devices()]
         out += [(e.name, "-") for e in self.targets if not e.devices and e.verdict == UNTESTED]
         return out
+
+    def cannot_build(self) -> list[tuple[str, str]]:
+        """(target, why) for targets a side's source could not be built into."""
+        return [(e.name, e.cannot_build) for e in self.targets if e.cannot_build]
 
     def failures_by_verdict(self) -> dict[str, int]:
         counts: dict[str, int] = {}

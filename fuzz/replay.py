@@ -65,11 +65,17 @@ def choose_device(payload: dict, override: str | None) -> str:
 def check_replayable(path: str) -> tuple[dict, RunConfig]:
     """The repro file and its run config, validated: its fields, its config,
     the target it names and the module that registers it (trusted or refused)."""
+    from fuzz.sides import CannotBuild, bind_sides, check_repro_sides
     from fuzz.targets import lookup
 
     payload = load_repro(path)
     config = repro_config(payload, str(path))
-    lookup([payload["target"]], trusted_modules(payload, config, str(path)))  # unknown: UsageError
+    (target,) = lookup([payload["target"]], trusted_modules(payload, config, str(path)))  # unknown: UsageError
+    check_repro_sides(payload, config, f"repro file {str(path)!r}")
+    try:
+        bind_sides(target, config)
+    except CannotBuild as exc:
+        raise UsageError(f"repro file {str(path)!r}: {exc}") from exc
     return payload, config
 
 
@@ -153,6 +159,7 @@ def trusted_modules(payload: dict, config: RunConfig, source: str) -> list[str]:
 def _child(path: str, device: str) -> int:
     from fuzz.execute import CudaContextLost, run_example
     from fuzz.runner import single_threaded
+    from fuzz.sides import CannotBuild, bind_sides
     from fuzz.targets import lookup
     from fuzz.upstream import with_upstream
 
@@ -160,6 +167,11 @@ def _child(path: str, device: str) -> int:
     payload = load_repro(path)
     config = repro_config(payload, path)
     (target,) = lookup([payload["target"]], trusted_modules(payload, config, path))
+    try:
+        target = bind_sides(target, config)
+    except CannotBuild as exc:
+        print(_RESULT_MARK + json.dumps({"fuzzer_error": f"cannot build a side: {exc}"}), flush=True)
+        return 3
     target, _ = with_upstream(target, config)
     spec = dict(payload["input"], device=device)
     problem = unbuildable(target, spec)

@@ -65,6 +65,8 @@ def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:
             lines.append(f"upstream: {entry.name}: {entry.upstream_check}")
         if entry.fuzzer_error:
             lines.append(f"FUZZER BUG in {entry.name}: {entry.fuzzer_error}")
+        if entry.cannot_build:
+            lines.append(f"cannot-build {entry.name}: {entry.cannot_build}")
         for device in entry.untested_devices():
             lines.append(f"UNTESTED: {entry.name} on {device} ran no example before its share of "
                          "--budget ran out; give the run a larger --budget or fewer --target")

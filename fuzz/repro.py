@@ -25,9 +25,10 @@ from fuzz.errors import ReproFileError
 from fuzz.execute import ExampleResult
 from fuzz.outcome import SideResult
 from fuzz.outputs import write_json
+from fuzz.sides import side_identities, side_labels
 from fuzz.targets import CONTRACTS, Target, all_targets
 from fuzz.verdicts import EXAMPLE_VERDICTS
-from fuzz.versions import versions
+from fuzz.versions import target_versions, versions
 
 REPRO_FORMAT = "syncfuzz-repro/1"
 _PICKLE_MAGIC = (b"\x80", b"(dp", b"(lp", b"}q", b"]q", b"PK\x03\x04")
@@ -100,7 +101,9 @@ def repro_payload(target: Target, result: ExampleResult, config: RunConfig, flak
         "flaky": flaky,
         "mismatches": [m.as_json() for m in result.mismatches],
         "outputs": {"legacy": side_summary(result.legacy), "optimized": side_summary(result.optimized)},
-        "versions": versions(),
+        # The copies' releases are this target's own pair (Target.versions); a side from a source says so.
+        "versions": {**versions(), **target_versions(target), **side_labels(config)},
+        "sides": side_identities(config),  # what each role ran: replay refuses a changed source
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -35,6 +35,7 @@ from fuzz.execute import CudaContextLost, ExampleResult, run_example
 from fuzz.model import DeviceTally, Failure, TargetEntry
 from fuzz.outcome import SideResult
 from fuzz.repro import repro_payload, save_repro
+from fuzz.sides import CannotBuild, bind_sides
 from fuzz.targets import Target
 from fuzz.upstream import with_upstream
 from fuzz.verdicts import Verdict, worst
@@ -144,6 +145,7 @@ class TargetOutcome:
     flaky: bool = False
     repro_paths: list[Path | None] = field(default_factory=list)  # parallel to failures
     skipped: str | None = None
+    cannot_build: str | None = None  # a side's source cannot be built into this target (fuzz/sides.py)
     harness_error: str | None = None
     first_failure_at: int | None = None  # examples run when the first failure was seen
     upstream: str | None = None  # under --upstream: compared, or why not
@@ -170,7 +172,7 @@ class TargetOutcome:
             by_device={device: tally.frozen() for device, tally in self.tallies.items()},
             failures=tuple(failure_of(f, p) for f, p in failures), first_failure_at=self.first_failure_at,
             seconds=round(self.seconds, 3), flaky=self.flaky, skipped=self.skipped,
-            fuzzer_error=self.harness_error, upstream_check=self.upstream)
+            fuzzer_error=self.harness_error, upstream_check=self.upstream, cannot_build=self.cannot_build)
 
 
 class _StopTarget(BaseException):
@@ -251,6 +253,11 @@ def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None
     ``first_chunk`` > 0: a restarted worker continues on fresh seeds."""
     single_threaded()
     outcome = TargetOutcome(target, devices_for(target.devices, config.devices))
+    try:
+        target = bind_sides(target, config)
+    except CannotBuild as exc:
+        outcome.cannot_build = str(exc)
+        return outcome
     target, outcome.upstream = with_upstream(target, config)
     if not outcome.devices:
         outcome.skipped = f"runs on {', '.join(target.devices)}; this run has {', '.join(config.devices)}"

@@ -27,6 +27,14 @@ _INT_POISON = -7777
 _MAX_DEPTH = 4
 
 
+def _int_poison(lowest: int, highest: int) -> int:
+    """-7777 where the dtype holds it, else its extreme value (int8: -128, uint8: 255):
+    writing -7777 into int8/uint8 raised inside the poisoning, which read as "only optimized raised"."""
+    if lowest <= _INT_POISON:
+        return _INT_POISON
+    return lowest if lowest < 0 else highest
+
+
 def host_inputs(thunk: Callable[[], Any]) -> list[Any]:
     """Caller-owned host objects a thunk closes over (see module docstring)."""
     found: list[Any] = []
@@ -74,9 +82,14 @@ def poison(objects: list[Any]) -> None:
                 elif obj.dtype == torch.bool:
                     obj.logical_not_()
                 else:
-                    obj.fill_(_INT_POISON)
+                    obj.fill_(_int_poison(torch.iinfo(obj.dtype).min, torch.iinfo(obj.dtype).max))
         elif isinstance(obj, np.ndarray):
-            obj.fill(np.nan if np.issubdtype(obj.dtype, np.floating) else _INT_POISON)
+            if np.issubdtype(obj.dtype, np.floating):
+                obj.fill(np.nan)
+            elif obj.dtype == np.bool_:
+                np.logical_not(obj, out=obj)
+            elif np.issubdtype(obj.dtype, np.integer):
+                obj.fill(_int_poison(int(np.iinfo(obj.dtype).min), int(np.iinfo(obj.dtype).max)))
         elif isinstance(obj, list):
             obj[:] = [_INT_POISON] * len(obj)
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 from hypothesis.strategies import SearchStrategy
 
 from fuzz.errors import HarnessError, UsageError, unknown_name
+from fuzz.versions import DEFAULT_PAIR
 
 CONTRACTS = ("caller", "wide")
 """Input contracts: ``caller`` draws inputs in the forms today's (0.28.0)
@@ -32,6 +33,9 @@ SIDES = ("legacy", "optimized", "upstream")
 """The sides an input model materializes for: the two copies and, under
 ``fuzz run --upstream``, the real vllm function."""
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+FORM_ATTRIBUTE = "SYNCFUZZ_FORM"
+"""Set on a module rebuilt from an upstream source (fuzz/sides.py): which copy,
+legacy or optimized, it was rebuilt from, i.e. how its inputs are materialized."""
 
 
 @dataclass(frozen=True)
@@ -64,13 +68,25 @@ class Comparison:
     ``floats``: ``"close"`` uses torch.testing.assert_close with its default
     per-dtype tolerances (docs/verdicts.md#values), ``"exact"`` demands bitwise
     equality. Integer and bool tensors are always compared bitwise.
+
+    ``layout``: also compare every tensor leaf's strides and ``is_contiguous()``
+    (``fuzz.compare.layout_of``; docs/verdicts.md#layout). Declared where the
+    callers hand the output to a kernel, a ``.view()`` or a Triton launch, so
+    a change of memory layout is something a caller can observe.
     """
 
     floats: str = "close"
+    layout: bool = False
 
     def __post_init__(self) -> None:
         if self.floats not in ("close", "exact"):
             raise HarnessError(f"Comparison.floats={self.floats!r} must be 'close' or 'exact'")
+        if not isinstance(self.layout, bool):
+            raise HarnessError(f"Comparison.layout={self.layout!r} must be True or False")
+
+    def as_json(self) -> dict[str, object]:
+        """The policy as the `list --json` interface shows it."""
+        return {"floats": self.floats, "integers": "exact", "layout": self.layout}
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,16 @@ class Target:
     # The real vllm callable (vllm installed: `pip install '.[upstream]'`),
     # run as a third side under `fuzz run --upstream`.
     upstream_impl: str | None = None
+    # The vllm releases the copies were taken from, (legacy, optimized): what provenance checks
+    # them against, drift measures from, and reports and repro files label the target with.
+    versions: tuple[str, str] = DEFAULT_PAIR
+
+    def __post_init__(self) -> None:
+        pair = tuple(self.versions)
+        if len(pair) != 2 or not all(isinstance(v, str) and v for v in pair):
+            raise HarnessError(f"target {self.name}: versions={self.versions!r} must be (legacy, optimized) "
+                               f"vllm versions, e.g. ('0.29.0', '0.30.0')")
+        object.__setattr__(self, "versions", pair)
 
     def syncs_allowed(self, spec: dict) -> int:
         if self.sync_budget is None:
@@ -125,10 +151,11 @@ class Target:
             "devices": list(self.devices),
             "expected_optimized_syncs": self.expected_optimized_syncs,
             "inputs": self.inputs,
-            "comparison": {"floats": self.comparison.floats, "integers": "exact"},
+            "comparison": self.comparison.as_json(),
             "description": self.description,
             "sync_budget": self.sync_budget,
             "upstream_impl": self.upstream_impl,
+            "versions": {"legacy": self.versions[0], "optimized": self.versions[1]},
             "files": self.files(),
         }
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import difflib
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from fuzz.errors import UsageError, unknown_name
+from fuzz.errors import FuzzError, UsageError, unknown_name
 from fuzz.model import Failure, TargetEntry
 from fuzz.targets import CONTRACTS
 from fuzz.verdicts import EXAMPLE_VERDICTS
@@ -103,7 +104,13 @@ def confirm(entries: list[TargetEntry], runs: int, until: float | None = None) -
             return failure
         if until is not None and until - time.monotonic() < MIN_REPLAY_SECONDS * runs:
             return failure
-        reproduced = sum(replay_file(failure.repro).still_fails for _ in range(runs))
+        try:
+            reproduced = sum(replay_file(failure.repro).still_fails for _ in range(runs))
+        except FuzzError as exc:
+            # The failure was found; only its confirmation broke (a side's source changed under
+            # the run, say): report it unconfirmed rather than lose the whole run's report.
+            sys.stderr.write(f"[fuzz] could not confirm {failure.repro}: {exc}\n")
+            return failure
         return replace(failure, confirmed=f"{reproduced}/{runs}", flaky=reproduced < runs)
 
     out = []

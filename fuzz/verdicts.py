@@ -44,9 +44,10 @@ SEVERITY = {
 SKIPPED = "skipped"  # runs on none of this run's devices (said why)
 FUZZER_ERROR = "fuzzer-error"  # the harness broke: a bug in the fuzzer
 UNTESTED = "untested"  # no example ran (its budget share ran out first)
+CANNOT_BUILD = "cannot-build"  # a side's source cannot be built into this target's code (said why)
 
 EXAMPLE_VERDICTS = frozenset(SEVERITY)
-TARGET_VERDICTS = EXAMPLE_VERDICTS | {SKIPPED, FUZZER_ERROR, UNTESTED}
+TARGET_VERDICTS = EXAMPLE_VERDICTS | {SKIPPED, FUZZER_ERROR, UNTESTED, CANNOT_BUILD}
 CRASH_VERDICTS = frozenset({"crash", "hang"})  # decided by the isolation layer, inputs not shrunk
 
 

@@ -16,6 +16,21 @@ CODE_FOLDERS = ("legacy", "optimized", "strategies")
 FUZZ_VERSION = "0.1.0"
 LEGACY_UPSTREAM = "vllm 0.27.1"
 OPTIMIZED_UPSTREAM = "vllm 0.28.0"
+# The (legacy, optimized) vllm versions of a target that names none (Target.versions):
+# the pair of the first PR's targets. Each catalog module may give its targets another.
+DEFAULT_PAIR: tuple[str, str] = (LEGACY_UPSTREAM.split()[-1], OPTIMIZED_UPSTREAM.split()[-1])
+
+
+def pair_labels(pair: tuple[str, str]) -> dict[str, str]:
+    """``("0.29.0", "0.30.0")`` -> ``{"legacy": "vllm 0.29.0", "optimized": "vllm 0.30.0"}``: what
+    ``versions()`` records for the default pair, for one target's own pair."""
+    return {"legacy": f"vllm {pair[0]}", "optimized": f"vllm {pair[1]}"}
+
+
+def target_versions(target: object) -> dict[str, str]:
+    """The ``legacy``/``optimized`` labels of one target (its ``versions`` pair; the default pair
+    for a record without one): what a report entry or repro file of that target should print."""
+    return pair_labels(tuple(getattr(target, "versions", DEFAULT_PAIR)))
 
 
 def _version(dist: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -48,8 +49,10 @@ BAD_RUNS = {
     "text-budget": (["--budget", "soon"], "number of seconds"),
     "budget-and-examples": (["--budget", "3", "--max-examples", "4"], "not allowed with"),
     "zero-examples": (["--max-examples", "0"], "at least 1"),
-    # 42 items x 0.5 s, with 10% of the budget kept for --confirm's replays.
-    "impossible-budget": (["--budget", "1", "--pieces", "2"], "use --budget 24 or more"),
+    # targets x 2 pieces x 0.5 s, with 10% of the budget kept for --confirm's replays (the count
+    # comes from the catalog: a new target must not turn this red).
+    "impossible-budget": (["--budget", "1", "--pieces", "2"],
+                          f"use --budget {math.ceil(0.5 * len(lookup([])) * 2 / 0.9)} or more"),
     "bad-seed": (["--seed", "x"], "whole number"),
     "negative-seed": (["--seed", "-1"], "between 0"),
     "bad-device": (["--device", "tpu"], "invalid choice"),

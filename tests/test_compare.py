@@ -110,3 +110,69 @@ def test_raised_keeps_first_line_and_qualified_type():
     raised = Raised.of(Custom("first\nsecond"))
     assert raised.message == "first" and raised.type_name.endswith("Custom") and "." in raised.type_name
     assert Raised.of(ValueError("x")).type_name == "ValueError"
+
+
+# Layout (docs/verdicts.md#layout): strides and contiguity, only where the target declares it.
+LAYOUT = Comparison("exact", layout=True)
+ROW_MAJOR = torch.arange(6).reshape(2, 3)
+COLUMN_MAJOR = ROW_MAJOR.t().contiguous().t()  # same values and shape, strides (1, 2)
+
+
+def test_layout_mismatch_is_reported_when_declared():
+    (mismatch,) = compare_values(ROW_MAJOR, COLUMN_MAJOR, LAYOUT)
+    assert (mismatch.path, mismatch.what) == ("", "layout")
+    assert "(3, 1)" in mismatch.detail and "(1, 2)" in mismatch.detail and "contiguous True" in mismatch.detail
+
+
+def test_layout_is_ignored_when_not_declared():
+    assert list(compare_values(ROW_MAJOR, COLUMN_MAJOR, EXACT)) == []
+    assert Comparison().layout is False
+
+
+def test_layout_names_the_leaf_and_leaves_non_tensor_leaves_alone():
+    legacy = {"table": [ROW_MAJOR, 3, "x", None], "n": 2.5}
+    optimized = {"table": [COLUMN_MAJOR, 3, "x", None], "n": 2.5}
+    assert [(m.path, m.what) for m in compare_values(legacy, optimized, LAYOUT)] == [("['table'][0]", "layout")]
+    assert list(compare_values([1, (2.0, "a")], [1, (2.0, "a")], LAYOUT)) == []
+
+
+SAME_LAYOUT = {
+    "size-1-dims": (T([[1, 2, 3]]), T([[1], [2], [3]]).t()),  # (1, 3): the stride of the size-1 dim is free
+    "empty": (torch.empty(0, 3), torch.empty(3, 0).t()),
+    "0-d": (T(5), T([5])[0]),
+    "storage-offset": (T([1, 2]), T([0, 1, 2])[1:]),  # offsets are not layout: kernels get the data pointer
+    "numpy": (np.arange(4).reshape(2, 2), np.arange(4).reshape(2, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_LAYOUT))
+def test_layout_ignores_what_no_kernel_can_see(name):
+    legacy, optimized = SAME_LAYOUT[name]
+    assert list(compare_values(legacy, optimized, LAYOUT)) == []
+
+
+def test_layout_sees_expanded_and_numpy_strides():
+    expanded = T([1, 2, 3]).expand(2, 3)
+    assert [m.what for m in compare_values(ROW_MAJOR.new_tensor([[1, 2, 3]] * 2), expanded, LAYOUT)] == ["layout"]
+    fortran = np.asfortranarray(np.arange(6).reshape(2, 3))
+    assert [m.what for m in compare_values(np.arange(6).reshape(2, 3), fortran, LAYOUT)] == ["layout"]
+
+
+def test_values_come_before_layout_and_shape_stops_both():
+    mismatches = list(compare_values(ROW_MAJOR, COLUMN_MAJOR + 1, LAYOUT))
+    assert [m.what for m in mismatches] == ["values", "layout"]
+    assert [m.what for m in compare_values(ROW_MAJOR, COLUMN_MAJOR.t(), LAYOUT)] == ["shape"]
+
+
+def test_a_layout_mismatch_is_a_divergence():
+    verdict, mismatches = judge(_ok(ROW_MAJOR), _ok(COLUMN_MAJOR), LAYOUT, None)
+    assert verdict is Verdict.DIVERGENCE and mismatches[0].what == "layout"
+    assert judge(_ok(ROW_MAJOR), _ok(COLUMN_MAJOR), EXACT, None)[0] is Verdict.AGREE
+
+
+def test_layout_must_be_a_bool():
+    from fuzz.errors import HarnessError
+
+    with pytest.raises(HarnessError):
+        Comparison("exact", layout="yes")
+    assert LAYOUT.as_json() == {"floats": "exact", "integers": "exact", "layout": True}

@@ -17,10 +17,13 @@ import pytest
 
 from fuzz.config import ConfigError, RunConfig
 from fuzz.errors import HarnessError
+from fuzz.packs import SHIPPED_PACKS
 from fuzz.targets import lookup
 
 VALID = {"contract": "wide", "devices": ("cpu", "cuda"), "shard": "2/3", "profile": "nightly",
-         "targets": ("fla-chunk-offsets",), "target_modules": ("tests.planted",)}
+         "targets": ("fla-chunk-offsets",), "target_modules": ("tests.planted",),
+         # Sides from the source packs shipped in sources/ (fuzz/sides.py).
+         "legacy": "vllm==0.27.1", "optimized": "vllm==0.28.0", "sources": (str(SHIPPED_PACKS),)}
 
 
 def _other_than(field: dataclasses.Field, hint: object) -> object:
@@ -111,14 +114,16 @@ def test_the_command_line_reaches_every_field_it_sets(monkeypatch):
     args = build_parser().parse_args([
         "run", "--target", "fla-chunk-offsets", "--budget", "99", "--seed", "5", "--contract", "wide",
         "--corpus", "/c", "--stress", "--upstream", "--confirm", "2", "--in-process", "--example-timeout", "7",
-        "--max-restarts", "1", "--workers", "4", "--pieces", "3", "--shard", "2/3", "--profile", "nightly"])
+        "--max-restarts", "1", "--workers", "4", "--pieces", "3", "--shard", "2/3", "--profile", "nightly",
+        "--legacy", "vllm==0.27.1", "--optimized", "vllm==0.28.0", "--sources", str(SHIPPED_PACKS)])
     _apply_profile(args)
     config = run_config(args, ("cpu", "cuda"), 5)
     assert config == RunConfig(targets=("fla-chunk-offsets",), target_modules=("tests.planted",),
                                devices=("cpu", "cuda"), contract="wide", seed=5, max_examples=None, budget=99.0,
                                corpus="/c", stress=True, upstream=True, confirm=2, isolated=False,
                                example_timeout=7.0, max_restarts=1, workers=4, pieces=3, shard="2/3",
-                               profile="nightly")
+                               profile="nightly", legacy="vllm==0.27.1", optimized="vllm==0.28.0",
+                               sources=(str(SHIPPED_PACKS),))
 
 
 BAD = {
@@ -138,3 +143,13 @@ def test_a_config_that_is_not_one_is_refused(name):
     with pytest.raises(ConfigError) as raised:
         RunConfig.from_json(data)
     assert expected in str(raised.value)
+
+
+def test_a_relative_corpus_reaches_the_workers_as_an_absolute_path(tmp_path, monkeypatch):
+    """xdist workers run in their journal folder: a relative corpus put their repro files there."""
+    from fuzz.cli import _apply_profile, build_parser, run_config
+
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["run", "--corpus", "corpus"])
+    _apply_profile(args)
+    assert run_config(args, ("cpu",), 0).corpus == str(tmp_path / "corpus")

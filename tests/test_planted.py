@@ -81,3 +81,16 @@ def test_stress_poisoning_never_reaches_the_saved_spec():
     assert outcome.failures
     for failure in outcome.failures:
         assert "-7777" not in str(failure.spec)
+
+
+def test_stress_poisons_every_integer_dtype_without_raising():
+    """-7777 does not fit int8/uint8: the poisoning itself raised, read as "only optimized raised"."""
+    import numpy as np
+    import torch
+
+    from fuzz.stress import poison
+
+    inputs = [torch.full((2,), 5, dtype=torch.uint8), torch.full((2,), 5, dtype=torch.int8),
+              torch.full((2,), 5, dtype=torch.int64), np.full(2, 5, np.uint8), np.full(2, 5, np.int32)]
+    poison(inputs)
+    assert [int(x[0]) for x in inputs] == [255, -128, -7777, 255, -7777]

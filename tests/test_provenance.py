@@ -1,16 +1,19 @@
 """``python -m fuzz provenance``: the line matcher, drift, the CLI, and the real copies.
 
 The matcher and drift tests use small in-memory sources and run anywhere. The
-tests marked by the ``wheels`` fixture need the vllm 0.27.1 / 0.28.0 wheels:
-found in the wheel cache (``$SYNCFUZZ_WHEEL_CACHE``, default
-``~/.cache/syncfuzz/wheels``) or given as ``$SYNCFUZZ_LEGACY_SOURCE`` /
-``$SYNCFUZZ_OPTIMIZED_SOURCE``, else downloaded with pip (~320 MB each, once);
-without network they are skipped, saying why.
+tests marked by the ``releases`` fixture need every vllm release a target was
+copied from (``Target.versions``: 0.27.1 / 0.28.0, 0.29.0 / 0.30.0, ...): the
+repo's source packs (``sources/``), else the wheel cache
+(``$SYNCFUZZ_WHEEL_CACHE``, default ``~/.cache/syncfuzz/wheels``), or, for the
+default pair, ``$SYNCFUZZ_LEGACY_SOURCE`` / ``$SYNCFUZZ_OPTIMIZED_SOURCE``; else
+downloaded with pip (~320 MB each, once); without network they are skipped,
+saying why.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import textwrap
 from pathlib import Path
@@ -20,8 +23,10 @@ import pytest
 import tests.planted as planted
 from fuzz import provenance as prov
 from fuzz.catalog import TARGETS
-from fuzz.errors import UsageError
+from fuzz.errors import HarnessError, UsageError
 from fuzz.provenance import TextSource, check_copy
+from fuzz.targets import Target
+from fuzz.versions import DEFAULT_PAIR
 
 ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM_PATH = "vllm/model_executor/models/toy.py"
@@ -288,50 +293,135 @@ def test_provenance_is_wired_into_the_cli(capsys):
     assert "vllm==VERSION" in capsys.readouterr().err
 
 
+# --------------------------------------------------------------------------- version pairs
+
+
+SECOND = ("0.29.0", "0.30.0")
+
+
+def _target(name: str, versions=DEFAULT_PAIR):
+    return dataclasses.replace({t.name: t for t in TARGETS}[name], versions=versions)
+
+
+def test_each_copy_module_takes_the_pair_of_the_targets_using_it():
+    for side in prov.SIDES:
+        pairs = prov.module_pairs(TARGETS, side)
+        assert pairs["v1_utils"] == SECOND  # the first target of a second pair (fuzz/catalog/v1_utils.py)
+        assert pairs["keye"] == pairs["torch_utils"] == pairs["fla_utils"] == DEFAULT_PAIR
+    groups = prov.group_modules(TARGETS, {"legacy": ["keye", "v1_utils"], "optimized": ["v1_utils", "fla_utils"]})
+    assert groups == {("legacy", DEFAULT_PAIR): ["keye"], ("legacy", SECOND): ["v1_utils"],
+                      ("optimized", DEFAULT_PAIR): ["fla_utils"], ("optimized", SECOND): ["v1_utils"]}
+
+
+def test_a_copy_module_used_by_two_pairs_is_a_usage_error():
+    """A copy is checked against one release: a target of another pair sharing it is refused, by name."""
+    moved = [*TARGETS, dataclasses.replace(_target("keye-vision-split", SECOND), name="keye-split-next")]
+    with pytest.raises(UsageError, match=r"optimized/keye\.py, optimized/torch_utils\.py are used by targets of "
+                                         r"two version pairs") as caught:
+        prov.module_pairs(moved, "optimized")
+    assert "0.29.0/0.30.0 by keye-split-next" in str(caught.value) and "\n" not in str(caught.value)
+    assert "more; 0.29.0" in str(caught.value)  # the default pair's many users, abbreviated
+    # Through a helper it imports too: diffusion_gemma's copies stage through torch_utils (async-tensor-h2d's).
+    helper = [t for t in TARGETS if not t.name.startswith("diffusion-gemma")]
+    helper.append(_target("diffusion-gemma-states", SECOND))
+    with pytest.raises(UsageError, match=r"legacy/torch_utils\.py .*0\.27\.1/0\.28\.0 by async-tensor-h2d"):
+        prov.module_pairs(helper, "legacy")
+
+
+def test_the_target_record_validates_and_lists_its_pair():
+    (target,) = [t for t in TARGETS if t.name == "cpu-gpu-buffer-copy-to-gpu"]
+    assert target.versions == SECOND and target.as_json()["versions"] == {"legacy": "0.29.0", "optimized": "0.30.0"}
+    assert _target("fla-chunk-offsets").as_json()["versions"] == dict(zip(prov.SIDES, DEFAULT_PAIR))
+    assert Target("t", (), "legacy.x:f", "optimized.x:f", "s:I", versions=["0.1", "0.2"]).versions == ("0.1", "0.2")
+    with pytest.raises(HarnessError, match="versions="):
+        Target("t", (), "legacy.x:f", "optimized.x:f", "s:I", versions=("0.29.0",))
+
+
+def test_drift_measures_each_target_from_its_own_release():
+    ref = f"{UPSTREAM_PATH}::helper"
+    new_text = UPSTREAM.replace("d = c * 2", "d = c * 3")  # changed in 0.30.0
+    sources = {v: TextSource({UPSTREAM_PATH: new_text if v == "0.30.0" else UPSTREAM}, v)
+               for v in ("0.27.1", "0.28.0", "0.29.0", "0.30.0")}
+    changed = TextSource({UPSTREAM_PATH: new_text}, "0.33.0")
+    first = argparse.Namespace(name="first", upstream=(ref,), versions=DEFAULT_PAIR)
+    second = argparse.Namespace(name="second", upstream=(ref,), versions=SECOND)
+    drifts = prov.drift_report([first, second], sources, changed)
+    got = {(d.side, d.base_version, tuple(d.owners)): d.status for d in drifts}
+    assert got == {("optimized", "0.28.0", ("first",)): "changed", ("optimized", "0.30.0", ("second",)): "unchanged",
+                   ("legacy", "0.27.1", ("first",)): "changed", ("legacy", "0.29.0", ("second",)): "changed"}
+    text = "\n".join(prov.format_drift(drifts, changed))
+    assert "optimized side (copied from vllm 0.28.0)" in text and "optimized side (copied from vllm 0.30.0)" in text
+    assert "optimized copies to refresh: first" in text  # the second target's optimized copy is current
+
+
+def test_a_side_source_flag_stands_for_the_one_pair_in_play(tmp_path):
+    """--legacy-source replaces the default pair's release, or the only pair --target brings in."""
+    (tmp_path / "vllm").mkdir()
+    args = parse("--legacy-source", str(tmp_path), "--source", f"0.30.0={tmp_path}")
+    assert sorted(prov._given_sources(args, [DEFAULT_PAIR, SECOND])) == ["0.27.1", "0.30.0"]
+    assert sorted(prov._given_sources(args, [SECOND])) == ["0.29.0", "0.30.0"]
+    with pytest.raises(UsageError, match="VERSION=PATH"):
+        prov._given_sources(parse("--source", str(tmp_path)), [DEFAULT_PAIR])
+
+
 # --------------------------------------------------------------------------- the real copies and wheels
 
 
-def _side_source(side: str) -> prov.Source:
-    """$SYNCFUZZ_<SIDE>_SOURCE, else the cached wheel, else a pip download; a skip without network."""
-    given = os.environ.get(f"SYNCFUZZ_{side.upper()}_SOURCE")
-    if given:
-        return prov.open_source(given, f"SYNCFUZZ_{side.upper()}_SOURCE")
-    version, cache = prov.SIDE_VERSIONS[side], prov.default_cache()
+def _release(version: str) -> prov.Source:
+    """vllm ``version``: $SYNCFUZZ_<SIDE>_SOURCE for the default pair, else the repo's source pack or the
+    cached wheel, else a pip download; a skip without network."""
+    for side in prov.SIDES:
+        given = os.environ.get(f"SYNCFUZZ_{side.upper()}_SOURCE")
+        if given and prov.SIDE_VERSIONS[side] == version:
+            return prov.open_source(given, f"SYNCFUZZ_{side.upper()}_SOURCE")
+    cache = prov.default_cache()
     try:
         # Few, short retries: on a host without network (the GPU hosts) this must skip fast.
-        wheel = prov.fetch_wheel(version, cache, quiet=True, pip_args=("--retries", "1", "--timeout", "15"))
-        return prov.WheelSource(wheel)
+        return prov.default_source(version, cache, quiet=True, pip_args=("--retries", "1", "--timeout", "15"))
     except UsageError as exc:
-        pytest.skip(f"vllm {version} wheel is not in {cache} and could not be downloaded: {exc}")
+        pytest.skip(f"vllm {version} is in no source pack nor in {cache} and could not be downloaded: {exc}")
+
+
+PAIRS = {side: {m: prov.module_pairs(TARGETS, side).get(m, DEFAULT_PAIR) for m in prov.copy_modules(ROOT, side)}
+         for side in prov.SIDES}
 
 
 @pytest.fixture(scope="module")
-def wheels() -> dict[str, prov.Source]:
-    return {side: _side_source(side) for side in prov.SIDES}
+def releases() -> dict[str, prov.Source]:
+    """Every release a copy module was taken from, by version."""
+    versions = {prov.side_version(pair, side) for side in prov.SIDES for pair in PAIRS[side].values()}
+    return {version: _release(version) for version in sorted(versions, key=prov.version_key)}
+
+
+def _path_of(source: prov.Source) -> str:
+    """A path ``open_source`` reads the same files from (a pack's folder, a tree's root, a wheel)."""
+    return str(getattr(source, "folder", None) or getattr(source, "root", None) or source.label)
 
 
 def copy_text(side: str, module: str) -> str:
     return (ROOT / side / f"{module}.py").read_text(encoding="utf-8")
 
 
-def check_real(wheels, side: str, module: str, text: str) -> prov.ModuleReport:
+def check_real(releases, side: str, module: str, text: str) -> prov.ModuleReport:
+    """One copy module (or an edit of it) against the release of its targets' pair."""
     files = prov.upstream_files_by_module(TARGETS)[module]
-    return check_copy(f"{side}/{module}.py", text, wheels[side], files, side)
+    source = releases[prov.side_version(PAIRS[side][module], side)]
+    return check_copy(f"{side}/{module}.py", text, source, files, side)
 
 
 @pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
-def test_fla_copies_verify(wheels):
+def test_fla_copies_verify(releases):
     for side in prov.SIDES:
-        report = check_real(wheels, side, "fla_index", copy_text(side, "fla_index"))
+        report = check_real(releases, side, "fla_index", copy_text(side, "fla_index"))
         assert report.ok, "\n".join(line for u in report.failed for line in u.diff)
 
 
 @pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
-def test_a_planted_edit_of_a_real_copy_is_caught(wheels):
+def test_a_planted_edit_of_a_real_copy_is_caught(releases):
     text = copy_text("optimized", "fla_index")
     planted_text = text.replace("cu_seqlens.new_zeros(1)", "cu_seqlens.new_ones(1)")
     assert planted_text != text
-    report = check_real(wheels, "optimized", "fla_index", planted_text)
+    report = check_real(releases, "optimized", "fla_index", planted_text)
     bad = unit(report, "prepare_chunk_offsets")
     assert not report.ok and not bad.ok
     assert any("new_ones(1)" in line for line in bad.diff)
@@ -340,10 +430,10 @@ def test_a_planted_edit_of_a_real_copy_is_caught(wheels):
 _BASES: dict[str, prov.ModuleReport] = {}
 
 
-def _base_report(wheels, module: str) -> prov.ModuleReport:
+def _base_report(releases, module: str) -> prov.ModuleReport:
     """The unmodified optimized copy's report, once per module (the mutant must add failures to it)."""
     if module not in _BASES:
-        _BASES[module] = check_real(wheels, "optimized", module, copy_text("optimized", module))
+        _BASES[module] = check_real(releases, "optimized", module, copy_text("optimized", module))
     return _BASES[module]
 
 
@@ -352,7 +442,7 @@ PLANTS = {p.name: p for p in [*planted.BUGS, *planted.BENIGN, *planted.SYNC_BUGS
 
 @pytest.mark.slow  # needs the vllm wheels
 @pytest.mark.parametrize("name", sorted(PLANTS))
-def test_every_planted_mutant_is_caught(name, wheels):
+def test_every_planted_mutant_is_caught(name, releases):
     """Each one-edit mutant of tests/planted departs from upstream: provenance must say so.
 
     Unless the edit only touches lines already marked ADAPTED (e.g. a helper import),
@@ -369,25 +459,31 @@ def test_every_planted_mutant_is_caught(name, wheels):
     facts = prov.CopyLines.from_text(text)
     if all(row in facts.adapted for row in rows):
         pytest.skip(f"{name} edits ADAPTED lines only (rows {list(rows)}), which are not upstream text")
-    base = _base_report(wheels, module)
-    report = check_real(wheels, "optimized", module, mutant)
+    base = _base_report(releases, module)
+    report = check_real(releases, "optimized", module, mutant)
     assert report.mismatched + report.dropped > base.mismatched + base.dropped, f"{name}: {plant.why}"
 
 
 @pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
-def test_every_target_definition_verifies(wheels):
-    reports = [r for side in prov.SIDES for r in prov.check_side(side, wheels[side], TARGETS)]
+def test_every_target_definition_verifies(releases):
+    groups = prov.group_modules(TARGETS, {side: prov.copy_modules(ROOT, side) for side in prov.SIDES})
+    reports = [r for (side, pair), modules in groups.items()
+               for r in prov.check_side(side, releases[prov.side_version(pair, side)], TARGETS, modules, pair=pair)]
     failing = [f"{row.name} {row.side}: {ref}" for row in prov.target_rows(TARGETS, reports)
                for ref, u in row.covered if u is not None and not u.ok]
     assert not failing, failing
 
 
 @pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
-def test_every_copy_line_verifies(wheels, capsys):
-    """The acceptance check: `python -m fuzz provenance` exits 0 on the real copies."""
-    args = parse("--legacy-source", wheels["legacy"].label, "--optimized-source", wheels["optimized"].label)
+def test_every_copy_line_verifies(releases, capsys):
+    """The acceptance check: `python -m fuzz provenance` exits 0 on the real copies, each checked
+    against the release of its own targets' version pair."""
+    given = [f"{version}={_path_of(source)}" for version, source in releases.items()]
+    args = parse(*[arg for spec in given for arg in ("--source", spec)])
     code = prov.cmd_provenance(args)
     out = capsys.readouterr().out
     assert code == 0, out[out.find("mismatches:"):] if "mismatches:" in out else out
     for target in TARGETS:
         assert target.name in out
+    for version in releases:  # every release in play is named in a header line
+        assert f"copies vs vllm {version} (" in out

@@ -17,7 +17,7 @@ TARGETS = [
         legacy="legacy.diffusion_gemma:DiffusionGemmaModelState.add_request",
         optimized="optimized.diffusion_gemma:DiffusionGemmaModelState.add_request",
         inputs="strategies.diffusion_gemma:DiffusionStatesInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # fill_() on 0-dim views, a pinned non-blocking slot index, and a
         # Python-scalar store into a non-0-dim slice (a host-side fill_): none syncs.
         expected_optimized_syncs=0,
@@ -32,7 +32,7 @@ TARGETS = [
         legacy="legacy.diffusion_gemma:DiffusionSampler.__call__",
         optimized="optimized.diffusion_gemma:DiffusionSampler.__call__",
         inputs="strategies.diffusion_gemma:DiffusionSamplerInputs",
-        comparison=Comparison(floats="close"),
+        comparison=Comparison(floats="close", layout=True),
         # The decode expansion passes output_size and finished prefills index
         # with slots staged once, non-blocking; the logprobs branch (which
         # keeps .any()/.item() reads) is drawn only under the wide contract.

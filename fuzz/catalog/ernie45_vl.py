@@ -27,7 +27,7 @@ TARGETS = [
         legacy="legacy.ernie45_vl:Ernie4_5_VisionTransformer.rot_pos_emb",
         optimized="optimized.ernie45_vl:Ernie4_5_VisionTransformer.rot_pos_emb",
         inputs="strategies.ernie45_vl:ErnieRotPosEmbInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         expected_optimized_syncs=55,
         description="host-built pos_ids staged to the rotary table's device (non-blocking) before the gather",
     ),
@@ -40,7 +40,7 @@ TARGETS = [
         legacy="legacy.ernie45_vl:Ernie4_5_VisionTransformer.prepare_encoder_metadata",
         optimized="optimized.ernie45_vl:Ernie4_5_VisionTransformer.prepare_encoder_metadata",
         inputs="strategies.ernie45_vl:ErnieEncoderMetadataInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         expected_optimized_syncs=57,
         description="0.27.1's inline forward metadata vs 0.28.0's prepare_encoder_metadata (cu_seqlens staging)",
     ),
@@ -54,7 +54,7 @@ TARGETS = [
         legacy="legacy.ernie45_vl:Ernie4_5_VisionTransformer.prepare_encoder_metadata",
         optimized="optimized.ernie45_vl:Ernie4_5_VisionTransformer.prepare_encoder_metadata",
         inputs="strategies.ernie45_vl:ErnieGraphMetadataInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # The graph paths hand a host list: the table size, cu_seqlens and
         # max_seqlen are all computed on the CPU, and the small staged copies
         # stage without waiting (F4 corrected) -- nothing may sync, since these
@@ -69,7 +69,7 @@ TARGETS = [
         legacy="legacy.ernie45_vl:VariableResolutionResamplerModel.forward",
         optimized="optimized.ernie45_vl:VariableResolutionResamplerModel.forward",
         inputs="strategies.ernie45_vl:ErnieResamplerInputs",
-        comparison=Comparison(floats="close"),
+        comparison=Comparison(floats="close", layout=True),
         expected_optimized_syncs=1,
         description="fwd_placeholder's numpy slice offsets staged via async_tensor_h2d",
     ),

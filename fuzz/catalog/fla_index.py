@@ -13,7 +13,7 @@ TARGETS = [
         optimized="optimized.fla_index:prepare_chunk_indices",
         upstream_impl="vllm.third_party.flash_linear_attention.ops.index:prepare_chunk_indices",
         inputs="strategies.fla_index:ChunkIndexInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # The chunk-count `.tolist()` kept on purpose under gpu_sync_allowed. The
         # final `.to(..., non_blocking=True)` stages a small pageable table, which
         # the driver does without waiting for the GPU (measured on the H200;
@@ -28,7 +28,7 @@ TARGETS = [
         optimized="optimized.fla_index:prepare_chunk_offsets",
         upstream_impl="vllm.third_party.flash_linear_attention.ops.index:prepare_chunk_offsets",
         inputs="strategies.fla_index:ChunkIndexInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         expected_optimized_syncs=0,
         description="new_zeros(1) instead of new_tensor([0])",
     ),

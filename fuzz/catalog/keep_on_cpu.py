@@ -90,7 +90,7 @@ TARGETS = [
         legacy="legacy.keep_on_cpu:KeyeForConditionalGeneration.embed_multimodal",
         optimized="optimized.keep_on_cpu:KeyeForConditionalGeneration.embed_multimodal",
         inputs="strategies.keep_on_cpu:KeyeGridThwInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # The grid .tolist()/.cpu() and the projector's reshape sizes read CPU
         # tensors (no sync); position ids and sample indices are small pageable
         # tables staged non-blocking, which the driver does without waiting

@@ -14,7 +14,7 @@ TARGETS = [
         optimized="optimized.keye:KeyeSiglipEncoder.forward",
         inputs="strategies.keye:KeyeEncoderRopeInputs",
         # Both sides gather the same rows of the same table: bitwise equal.
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # max(h, w) over host ints sizes the table; the ids, their stack and the
         # gather stay on the device. Legacy's `pids.max() + 1` fed to
         # torch.arange is one sync.
@@ -27,7 +27,7 @@ TARGETS = [
         legacy="legacy.keye:KeyeSiglipVisionTransformer.forward",
         optimized="optimized.keye:KeyeSiglipVisionTransformer.forward",
         inputs="strategies.keye:KeyeVisionSplitInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # Split sizes come from host grids; legacy read 2 * n cu_seqlens entries.
         expected_optimized_syncs=0,
         description="per-image output split by host t*h*w sizes instead of reading cu_seqlens[i]",
@@ -38,7 +38,7 @@ TARGETS = [
         legacy="legacy.keye:BaseKeyeModule._process_image_input",
         optimized="optimized.keye:BaseKeyeModule._process_image_input",
         inputs="strategies.keye:KeyeProcessImageInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # Position ids and sample indices go `.to(device, non_blocking=True)`
         # from small pageable tensors: staged by the driver without waiting
         # (measured, F4 corrected), so no sync. Left: the one
@@ -53,7 +53,7 @@ TARGETS = [
         legacy="legacy.keye:BaseKeyeModule._process_video_embeds",
         optimized="optimized.keye:BaseKeyeModule._process_video_embeds",
         inputs="strategies.keye:KeyeProcessVideoInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # The per-row `sub_thw.detach().cpu()` loop the PR left as it was: one
         # D2H sync per grid row when the grid is on the device (keye_vl1_5's
         # per-frame rows); the small pageable non-blocking copies are not

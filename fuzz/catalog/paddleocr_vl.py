@@ -13,7 +13,7 @@ TARGETS = [
         optimized="optimized.paddleocr_vl:SiglipEncoder.forward",
         inputs="strategies.paddleocr_vl:PaddleOCREncoderInputs",
         # The rope rows are elementwise products: the same bits whatever the table size.
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # Caller: ids built on the device from host grids, table size from the
         # host grids, cu_seqlens already on the device -- nothing reads back.
         expected_optimized_syncs=0,
@@ -26,7 +26,7 @@ TARGETS = [
         legacy="legacy.paddleocr_vl:PaddleOCRVLForConditionalGeneration.encode_image",
         optimized="optimized.paddleocr_vl:PaddleOCRVLForConditionalGeneration.encode_image",
         inputs="strategies.paddleocr_vl:PaddleOCREncodeImageInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         # The kept `image_grid_thw.tolist()` of the device grid row (a D2H copy).
         # The position ids cross `.to(device, non_blocking=True)` from a small
         # pageable tensor, which the driver stages without waiting (F4

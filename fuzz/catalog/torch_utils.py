@@ -1,7 +1,11 @@
 """Not changed by the PR: ``async_tensor_h2d``, which the optimized copies stage
 through (``from optimized.torch_utils import async_tensor_h2d``). Its 0.27.1 and
 0.28.0 bodies are identical; the target keeps the copy honest and, under
-``--upstream``, compares it with the real ``vllm.utils.torch_utils.async_tensor_h2d``."""
+``--upstream``, compares it with the real ``vllm.utils.torch_utils.async_tensor_h2d``.
+
+``caller`` follows the 0.28.0 callers; ``wide`` draws everything a caller can pass
+(strategies/torch_utils.py, docs/verdicts.md#contracts). Layout is compared: callers
+``.view()`` the result and hand it to Triton kernels (docs/verdicts.md#layout)."""
 
 from fuzz.targets import Comparison, Target
 
@@ -15,7 +19,7 @@ TARGETS = [
         optimized="optimized.torch_utils:async_tensor_h2d",
         upstream_impl="vllm.utils.torch_utils:async_tensor_h2d",
         inputs="strategies.torch_utils:AsyncH2DInputs",
-        comparison=Comparison(floats="exact"),
+        comparison=Comparison(floats="exact", layout=True),
         expected_optimized_syncs=0,
         description="the staging helper every optimized copy uses (unchanged by the PR; upstream conformance)",
     ),

@@ -1,15 +1,17 @@
 """``python -m fuzz provenance``: prove the copies are upstream code, and spot upstream drift.
 
-Verification: every line of every copy in ``legacy/`` (vllm 0.27.1) and
-``optimized/`` (vllm 0.28.0) must appear, in order and modulo whitespace, in the
-upstream definition of the same qualname -- unless it ends with
-``# ADAPTED: <why>``. Upstream sources are read straight out of the vllm wheels
+Verification: every line of every copy in ``legacy/`` and ``optimized/`` must
+appear, in order and modulo whitespace, in the upstream definition of the same
+qualname in the vllm release it was copied from -- unless it ends with
+``# ADAPTED: <why>``. Each target names its (legacy, optimized) releases
+(``Target.versions``, by default 0.27.1 / 0.28.0); a copy module is checked
+against the release of the targets that use it. Upstream sources are read straight out of the vllm wheels
 (``zipfile`` + ``ast``; vllm is never imported), downloaded once with pip into a
 cache, or taken from a local wheel / source checkout / site-packages.
 
 Drift (``--against vllm==X`` or a path): for every upstream function the targets
 cover (and every helper the copies were verified against), compare the version
-each side was copied from with X and print unchanged / changed / missing with a
+each side of its target was copied from with X and print unchanged / changed / missing with a
 unified diff, so a maintainer knows which pairs to refresh.
 
 Exit codes: 0 all verified (no drift), 1 mismatches (drift) found, 2 usage error.
@@ -21,6 +23,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from fuzz.errors import UsageError
 from fuzz.provenance._common import (  # noqa: F401
@@ -36,6 +39,8 @@ from fuzz.provenance._common import (  # noqa: F401
     SIDES,
     UPSTREAM_PATH_RE,
     default_cache,
+    side_version,
+    version_key,
 )
 from fuzz.provenance.drift import (  # noqa: F401
     Drift,
@@ -87,11 +92,38 @@ from fuzz.provenance.verify import (  # noqa: F401
     check_side,
     copy_modules,
     format_verification,
+    group_modules,
+    module_pairs,
     split_upstream,
+    target_pair,
     target_rows,
     upstream_files_by_module,
     with_helper_modules,
 )
+from fuzz.versions import DEFAULT_PAIR
+
+# --------------------------------------------------------------------------- default sources
+
+
+def pack_source(version: str, cache: Path | None = None) -> Source | None:
+    """vllm ``version`` without a download: its source pack (``sources/vllm-X/``, fuzz/packs.py), else
+    its wheel in the cache; None when neither has it (or fuzz/packs.py is not in this checkout).
+
+    Packs hold only the vllm files the catalog needs, so provenance runs offline from the checkout.
+    """
+    try:
+        from fuzz.packs import release_source
+    except ImportError:  # fuzz/packs.py is not in this checkout: the wheel cache alone
+        wheel = cached_wheel(version, cache or default_cache())
+        return WheelSource(wheel) if wheel else None
+    return release_source(version, cache=cache)
+
+
+def default_source(version: str, cache: Path, quiet: bool = False, pip_args: Sequence[str] = ()) -> Source:
+    """Where vllm ``version`` is read from when no flag names a source: its source pack in the
+    repo, else its wheel from the cache, downloaded with pip if missing."""
+    return pack_source(version, cache) or WheelSource(fetch_wheel(version, cache, quiet=quiet, pip_args=pip_args))
+
 
 # --------------------------------------------------------------------------- CLI
 
@@ -99,17 +131,25 @@ from fuzz.provenance.verify import (  # noqa: F401
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``provenance`` to the CLI's subcommands (plain argparse only)."""
     p = commands.add_parser(
-        "provenance", help="check every copy line against the vllm wheels it was copied from; --against: drift",
-        description="Verify that every line of legacy/ (vllm 0.27.1) and optimized/ (vllm 0.28.0) appears in its "
-                    "upstream definition, in order, modulo whitespace, unless marked `# ADAPTED: <why>`. "
-                    "With --against, report which upstream functions changed since those versions instead.")
+        "provenance", help="check every copy line against the vllm releases it was copied from; --against: drift",
+        description="Verify that every line of legacy/ and optimized/ appears in its upstream definition in the vllm "
+                    "release its targets were copied from (Target.versions; by default "
+                    f"{SIDE_VERSIONS['legacy']} / {SIDE_VERSIONS['optimized']}), in order, modulo whitespace, "
+                    "unless marked `# ADAPTED: <why>`. With --against, report which upstream functions changed since "
+                    "those versions instead.")
     p.add_argument("--target", action="append", default=[], metavar="NAME",
                    help="only this target's copy modules (repeatable; default: every copy module)")
     for side in SIDES:
         env = f"SYNCFUZZ_{side.upper()}_SOURCE"
         p.add_argument(f"--{side}-source", metavar="PATH",
-                       help=f"vllm {SIDE_VERSIONS[side]}: a .whl, a directory holding vllm/ (checkout, site-packages) "
-                            f"or 'installed' (default: ${env}, else pip download into the cache)")
+                       help=f"the {side} release: a .whl, a directory holding vllm/ (checkout, site-packages) or "
+                            f"'installed'. It replaces vllm {SIDE_VERSIONS[side]} (the default pair's), or, when "
+                            f"--target names targets of one other pair only, that pair's {side} release "
+                            f"(default: ${env} for vllm {SIDE_VERSIONS[side]}, else the repo's source pack, else "
+                            "pip download into the cache)")
+    p.add_argument("--source", action="append", default=[], metavar="VERSION=PATH",
+                   help="the source of vllm VERSION for whichever side and target was copied from it "
+                        "(repeatable; PATH as for --legacy-source)")
     p.add_argument("--cache", metavar="DIR",
                    help=f"wheel cache (default ${CACHE_ENV}, else ~/.cache/syncfuzz/wheels)")
     p.add_argument("--against", metavar="vllm==X|PATH",
@@ -119,8 +159,32 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                    help="with --against: also print the legacy side's diffs (they mostly show the PR itself)")
 
 
+def _given_sources(args: argparse.Namespace, pairs_in_play: Sequence[tuple[str, str]]) -> dict[str, tuple[Source, str]]:
+    """The sources named by flags and environment, by the vllm version they stand for.
+
+    ``--legacy-source``/``--optimized-source`` stand for the default pair's releases, or for the
+    one pair in play when that is another; ``$SYNCFUZZ_*_SOURCE`` for the default pair's only;
+    ``--source VERSION=PATH`` for VERSION. Opened (and so checked) before any download.
+    """
+    flag_pair = DEFAULT_PAIR if DEFAULT_PAIR in pairs_in_play or len(pairs_in_play) != 1 else pairs_in_play[0]
+    given: dict[str, tuple[Source, str]] = {}
+    for side in SIDES:
+        flag, env = f"--{side}-source", f"SYNCFUZZ_{side.upper()}_SOURCE"
+        if getattr(args, f"{side}_source", None):
+            given[side_version(flag_pair, side)] = open_source(getattr(args, f"{side}_source"), flag), flag
+        elif os.environ.get(env) and DEFAULT_PAIR in pairs_in_play:  # CI or a checkout, without the flag
+            given[side_version(DEFAULT_PAIR, side)] = open_source(os.environ[env], env), env
+    for spec in getattr(args, "source", None) or []:
+        version, sep, path = spec.partition("=")
+        if not sep or not version.strip() or not path.strip():
+            raise UsageError(f"--source {spec!r} must look like VERSION=PATH, e.g. --source 0.30.0=vllm-0.30.0.whl")
+        given[version.strip()] = open_source(path.strip(), f"--source {version.strip()}"), "--source"
+    return given
+
+
 def cmd_provenance(args: argparse.Namespace) -> int:
     from fuzz.targets import lookup
+
 
     cache = Path(args.cache).expanduser() if getattr(args, "cache", None) else default_cache()
     if cache.exists() and not cache.is_dir():
@@ -129,30 +193,29 @@ def cmd_provenance(args: argparse.Namespace) -> int:
     if getattr(args, "legacy_diffs", False) and not against_spec:
         raise UsageError("--legacy-diffs only applies to drift; add --against vllm==VERSION (or a path)")
     chosen = lookup(getattr(args, "target", []) or [])
-    # Every usage error is raised before the first (slow) download.
-    given: dict[str, tuple[Source, str]] = {}
-    for side in SIDES:
-        flag, env = f"--{side}-source", f"SYNCFUZZ_{side.upper()}_SOURCE"
-        if getattr(args, f"{side}_source", None):
-            given[side] = open_source(getattr(args, f"{side}_source"), flag), flag
-        elif os.environ.get(env):  # CI or a maintainer's checkout, without repeating the flag
-            given[side] = open_source(os.environ[env], env), env
-    against_version = _against_version(against_spec) if against_spec else None
-    against = open_source(against_spec, "--against") if against_spec and not against_version else None
-    for side, (source, flag) in given.items():
-        if source.version and source.version != SIDE_VERSIONS[side]:
-            print(f"[provenance] warning: {flag} is vllm {source.version}, but the {side} copies were "
-                  f"taken from vllm {SIDE_VERSIONS[side]}", file=sys.stderr)
-    sources = {side: given[side][0] if side in given else WheelSource(fetch_wheel(SIDE_VERSIONS[side], cache))
-               for side in SIDES}
-    modules: dict[str, list[str] | None] = {side: None for side in SIDES}  # None: every copy module
+    # Every target record contributes upstream files, even under --target: a copy module is
+    # shared by several targets (keye.py) and its helpers may come from any of their files.
+    everyone = lookup([])
+    modules = {side: copy_modules(PROJECT_ROOT, side) for side in SIDES}  # every copy module
     if getattr(args, "target", None):
         # The chosen targets' copy modules and the helper modules they import (fla_index -> fla_utils).
         modules = {side: with_helper_modules(side, sorted({_module_of(getattr(t, side)) for t in chosen}))
                    for side in SIDES}
-    # Every target record contributes upstream files, even under --target: a copy module is
-    # shared by several targets (keye.py) and its helpers may come from any of their files.
-    reports = [r for side in SIDES for r in check_side(side, sources[side], lookup([]), modules[side])]
+    groups = group_modules(everyone, modules)  # {(side, pair): modules}; a module in two pairs is an error
+    pairs_in_play = list(dict.fromkeys(pair for _, pair in groups))
+    # Every usage error is raised before the first (slow) download.
+    given = _given_sources(args, pairs_in_play)
+    against_version = _against_version(against_spec) if against_spec else None
+    against = open_source(against_spec, "--against") if against_spec and not against_version else None
+    for version, (source, flag) in given.items():
+        if source.version and source.version != version:
+            print(f"[provenance] warning: {flag} is vllm {source.version}, but the copies it is checked against "
+                  f"were taken from vllm {version}", file=sys.stderr)
+    needed = list(dict.fromkeys(side_version(pair, side) for side, pair in groups))
+    sources = {version: given[version][0] if version in given else default_source(version, cache)
+               for version in needed}
+    reports = [r for (side, pair), names in groups.items()
+               for r in check_side(side, sources[side_version(pair, side)], everyone, names, pair=pair)]
     if against_spec:
         against = against or WheelSource(fetch_wheel(against_version, cache))
         drifts = drift_report(chosen, sources, against, reports)

@@ -6,12 +6,12 @@ import os
 import re
 from pathlib import Path
 
-from fuzz.versions import LEGACY_UPSTREAM, OPTIMIZED_UPSTREAM
+from fuzz.versions import DEFAULT_PAIR
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 SIDES = ("legacy", "optimized")
-# The version each side was copied from ("vllm 0.27.1" -> "0.27.1").
-SIDE_VERSIONS = {"legacy": LEGACY_UPSTREAM.split()[-1], "optimized": OPTIMIZED_UPSTREAM.split()[-1]}
+# The version each side of the default pair was copied from (a target's own pair: Target.versions).
+SIDE_VERSIONS = dict(zip(SIDES, DEFAULT_PAIR))
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CACHE_ENV = "SYNCFUZZ_WHEEL_CACHE"
 INSTALLED = "installed"  # a --*-source value: the vllm this Python has installed
@@ -30,3 +30,11 @@ def default_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "syncfuzz" / "wheels"
 
 
+def side_version(pair: tuple[str, str], side: str) -> str:
+    """The version ``side`` of a (legacy, optimized) pair was copied from."""
+    return pair[SIDES.index(side)]
+
+
+def version_key(version: str) -> tuple:
+    """Sorts "0.9.1" before "0.27.1": numeric parts as numbers."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"[.+-]", version))

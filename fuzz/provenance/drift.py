@@ -15,7 +15,10 @@ from fuzz.provenance.sources import (  # noqa: F401
     Source,
 )
 from fuzz.provenance.verify import (  # noqa: F401
+    SIDES,
+    side_version,
     split_upstream,
+    target_pair,
 )
 
 # --------------------------------------------------------------------------- drift
@@ -73,29 +76,44 @@ def compare(ref: str, side: str, base: Source, new: Source) -> Drift:
 
 def drift_report(targets: Sequence, sources: Mapping[str, Source], against: Source,
                  reports: Sequence[ModuleReport] = ()) -> list[Drift]:
-    """Per side: the targets' qualnames, then the upstream definitions the copies hold verbatim.
+    """Per side and version pair: the targets' qualnames, then the upstream definitions the copies
+    of that pair hold verbatim, each measured from the version the side was copied from.
 
+    ``sources``: by vllm version (each target's own pair, ``Target.versions``), or by side
+    (``{"legacy": ..., "optimized": ...}``: every target measured from those two).
     Stand-ins (ADAPTED headers) are left out of the helpers: they follow
     upstream only as far as the copy needs, so upstream edits to them are noise.
     """
-    owners: dict[str, list[str]] = {}
+    by_side = set(sources) <= set(SIDES)
+
+    def source(side: str, pair: tuple[str, str]) -> Source | None:
+        return sources.get(side) if by_side else sources.get(side_version(pair, side))
+
+    owners: dict[tuple[str, str], dict[str, list[str]]] = {}
     for t in targets:
         for ref in t.upstream:
-            owners.setdefault(ref, []).append(t.name)
+            owners.setdefault(target_pair(t), {}).setdefault(ref, []).append(t.name)
     found = []
-    for side in (s for s in ("optimized", "legacy") if s in sources):
-        helpers: dict[str, list[str]] = {}
-        for r in (r for r in reports if r.side == side):
-            for u in r.definitions:
-                if u.upstream and not u.stand_in and u.verified and u.upstream not in owners:
-                    helpers.setdefault(u.upstream, []).append(r.copy)
-        for ref, who in [*owners.items(), *helpers.items()]:
-            drift = compare(ref, side, sources[side], against)
-            drift.owners, drift.helper = list(dict.fromkeys(who)), ref in helpers
-            if side == "legacy" and "optimized" in sources:
-                old, opt = definition_text(sources["legacy"], ref), definition_text(sources["optimized"], ref)
-                drift.same_as_optimized = bool(old and opt and old[0] == opt[0])
-            found.append(drift)
+    for side in ("optimized", "legacy"):
+        for pair, named in owners.items():
+            base = source(side, pair)
+            if base is None:
+                continue
+            helpers: dict[str, list[str]] = {}
+            for r in (r for r in reports if r.side == side and (by_side or (r.pair or pair) == pair)):
+                for u in r.definitions:
+                    if u.upstream and not u.stand_in and u.verified and u.upstream not in named:
+                        helpers.setdefault(u.upstream, []).append(r.copy)
+            optimized = source("optimized", pair)
+            for ref, who in [*named.items(), *helpers.items()]:
+                drift = compare(ref, side, base, against)
+                drift.owners, drift.helper = list(dict.fromkeys(who)), ref in helpers
+                if drift.base_version is None:
+                    drift.base_version = side_version(pair, side)  # a checkout without a recorded version
+                if side == "legacy" and optimized is not None:
+                    old, opt = definition_text(base, ref), definition_text(optimized, ref)
+                    drift.same_as_optimized = bool(old and opt and old[0] == opt[0])
+                found.append(drift)
     return found
 
 
@@ -110,11 +128,11 @@ def format_drift(drifts: Sequence[Drift], against: Source, legacy_diffs: bool = 
     out = [f"drift: vllm {against.version or '?'} ({against.label}) against the versions the copies were taken from"]
     word = {"unchanged": "unchanged", "whitespace": "whitespace only", "changed": "CHANGED",
             "missing": f"MISSING in {version}", "not in base": "not in base version"}
-    for side in ("optimized", "legacy"):
-        mine = [d for d in drifts if d.side == side]
-        if not mine:
-            continue
-        out.append(f"\n{side} side (copied from vllm {mine[0].base_version}):")
+    groups = [(side, base) for side in ("optimized", "legacy")
+              for base in dict.fromkeys(d.base_version for d in drifts if d.side == side)]
+    for side, base in groups:
+        mine = [d for d in drifts if d.side == side and d.base_version == base]
+        out.append(f"\n{side} side (copied from vllm {base}):")
         quiet = [d for d in mine if d.helper and d.status == "unchanged"]
         for d in mine:
             if d not in quiet:

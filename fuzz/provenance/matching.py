@@ -225,6 +225,12 @@ class ModuleReport:
     module_comments: int = 0  # comment-only rows outside definitions (license header, banners)
     header_docstring: int = 0  # rows of the copy's own provenance docstring
     missing_files: list[str] = field(default_factory=list)
+    pair: tuple[str, str] | None = None  # the (legacy, optimized) versions of the targets using it
+
+    @property
+    def base(self) -> str | None:
+        """The version this side was copied from (its targets' pair), else the source's."""
+        return self.pair[("legacy", "optimized").index(self.side)] if self.pair and self.side else self.version
 
     @property
     def definitions(self) -> list[UnitReport]:

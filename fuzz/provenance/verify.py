@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from fuzz.errors import UsageError
 from fuzz.provenance._common import (  # noqa: F401
     PROJECT_ROOT,
     SIDE_VERSIONS,
     SIDES,
+    side_version,
+    version_key,
 )
 from fuzz.provenance.matching import (  # noqa: F401
     ModuleReport,
@@ -20,6 +23,7 @@ from fuzz.provenance.matching import (  # noqa: F401
 from fuzz.provenance.sources import (  # noqa: F401
     Source,
 )
+from fuzz.versions import DEFAULT_PAIR
 
 # --------------------------------------------------------------------------- targets and copy modules
 
@@ -83,14 +87,73 @@ def with_helper_modules(side: str, modules: Sequence[str], root: Path = PROJECT_
     return sorted(found)
 
 
+def target_pair(target: object) -> tuple[str, str]:
+    """A target's (legacy, optimized) versions; the default pair for a record without any."""
+    return tuple(getattr(target, "versions", None) or DEFAULT_PAIR)  # type: ignore[return-value]
+
+
+def module_pairs(targets: Sequence, side: str, root: Path = PROJECT_ROOT) -> dict[str, tuple[str, str]]:
+    """Copy module of ``side`` -> the version pair of the targets that use it.
+
+    A target uses the copy module its ``legacy``/``optimized`` path names and, transitively,
+    the helper modules that copy imports (``with_helper_modules``). A copy is checked against
+    one vllm version, so a module used by targets of two pairs is a usage error. Modules no
+    target uses are not listed (they are checked against the default pair).
+    """
+    closure: dict[str, list[str]] = {}
+    users: dict[str, dict[tuple[str, str], list[str]]] = {}
+    for target in targets:
+        path = getattr(target, side, None)
+        if not path or not path.startswith(f"{side}."):
+            continue  # a mutant built in memory (tests.planted) is no copy module
+        module = _module_of(path)
+        if module not in closure:
+            closure[module] = [m for m in with_helper_modules(side, [module], root)
+                               if (root / side / f"{m}.py").is_file()]
+        for used in closure[module]:
+            users.setdefault(used, {}).setdefault(target_pair(target), []).append(target.name)
+    shared = sorted(module for module, by_pair in users.items() if len(by_pair) > 1)
+    if shared:
+        uses = "; ".join(f"{'/'.join(pair)} by {_some(names)}" for pair, names in
+                         sorted(users[shared[0]].items(), key=lambda item: [version_key(v) for v in item[0]]))
+        raise UsageError(f"{', '.join(f'{side}/{m}.py' for m in shared)} {'is' if len(shared) == 1 else 'are'} "
+                         f"used by targets of two version pairs ({uses}); a copy is checked against one vllm "
+                         f"release: give the other pair's targets their own copy module (copy the helper from "
+                         f"that release beside them)")
+    return {module: next(iter(by_pair)) for module, by_pair in users.items()}
+
+
+def _some(names: Sequence[str], shown: int = 3) -> str:
+    names = list(dict.fromkeys(names))
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def group_modules(targets: Sequence, modules: Mapping[str, Sequence[str]],
+                  root: Path = PROJECT_ROOT) -> dict[tuple[str, tuple[str, str]], list[str]]:
+    """``{side: modules}`` -> ``{(side, pair): modules}``: each copy module under the version pair of
+    the targets using it (the default pair when none does), sides in order, pairs by version."""
+    groups: dict[tuple[str, tuple[str, str]], list[str]] = {}
+    for side in SIDES:
+        pairs = module_pairs(targets, side, root)
+        for module in modules.get(side, []):
+            groups.setdefault((side, pairs.get(module, DEFAULT_PAIR)), []).append(module)
+    order = sorted(groups, key=lambda key: (SIDES.index(key[0]), [version_key(v) for v in key[1]]))
+    return {key: groups[key] for key in order}
+
+
 def check_side(side: str, source: Source, targets: Sequence, modules: Sequence[str] | None = None,
-               root: Path = PROJECT_ROOT) -> list[ModuleReport]:
+               root: Path = PROJECT_ROOT, pair: tuple[str, str] | None = None) -> list[ModuleReport]:
+    """Check ``modules`` of ``side`` (all by default) against ``source``; ``pair``: the version pair
+    they were copied for (recorded on each report, for drift and output)."""
     files = upstream_files_by_module(targets)
     reports = []
     for module in modules if modules is not None else copy_modules(root, side):
         copy_path = root / side / f"{module}.py"
         text = copy_path.read_text(encoding="utf-8")
-        reports.append(check_copy(f"{side}/{module}.py", text, source, files.get(module, []), side))
+        report = check_copy(f"{side}/{module}.py", text, source, files.get(module, []), side)
+        report.pair = pair
+        reports.append(report)
     return reports
 
 
@@ -143,8 +206,20 @@ def _describe(source: Source, expected: str) -> str:
 
 def format_verification(reports: Sequence[ModuleReport], rows: Sequence[TargetRow],
                         sources: Mapping[str, Source]) -> list[str]:
-    out = [f"provenance: {side} copies vs vllm {SIDE_VERSIONS[side]} ({_describe(sources[side], SIDE_VERSIONS[side])})"
-           for side in SIDES if side in sources]
+    """The report; ``sources``: by side (every copy of a side against one version) or by version
+    (each copy module against the version of its targets' pair, ``ModuleReport.pair``)."""
+    out = []
+    for side in SIDES:
+        if side in sources:
+            out.append(f"provenance: {side} copies vs vllm {SIDE_VERSIONS[side]} "
+                       f"({_describe(sources[side], SIDE_VERSIONS[side])})")
+            continue
+        by_version: dict[str, list[str]] = {}
+        for r in (r for r in reports if r.side == side and r.base in sources):
+            by_version.setdefault(r.base, []).append(r.copy.split("/", 1)[1].removesuffix(".py"))
+        for version, modules in by_version.items():
+            mine = f": {', '.join(modules)}" if version != SIDE_VERSIONS[side] else ""
+            out.append(f"provenance: {side} copies vs vllm {version} ({_describe(sources[version], version)}){mine}")
     out += ["", "every copy line must appear in its upstream definition, in order, modulo whitespace, unless "
                 "marked ADAPTED;", "upstream code a verbatim definition leaves out needs an ADAPTED mark where it was.",
             "skipped (not compared): blank lines / comment lines outside definitions / the copy's own docstring", "",

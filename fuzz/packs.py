@@ -1,0 +1,256 @@
+"""Source packs: the few vllm files the catalog needs, kept offline with their hashes.
+
+A side built from a release (``fuzz run --optimized vllm==0.33.0``) needs only
+the ~20 upstream files that the targets and their copies name, about 0.6 MB,
+not the 320 MB wheel. ``python -m fuzz sources fetch vllm==X --into DIR``
+writes them as ``DIR/vllm-X/vllm/...py`` beside a ``MANIFEST.json`` holding
+each file's sha256 and the wheel they came from; a GPU host with no network
+then resolves ``vllm==X`` from ``--sources DIR`` (or ``$SYNCFUZZ_SOURCES``).
+The packs of the versions the copies come from live in the repository
+(``sources/``, Apache-2.0, vLLM's LICENSE beside them), so provenance and the
+side builder work offline.
+
+A pack is data: its files are read and hashed, never imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from fuzz.errors import UsageError
+from fuzz.provenance._common import PROJECT_ROOT, default_cache
+from fuzz.provenance.matching import referenced_paths
+from fuzz.provenance.sources import Source, TreeSource, WheelSource, cached_wheel, fetch_wheel, open_source
+
+PACK_FORMAT = "syncfuzz-source-pack/1"
+MANIFEST = "MANIFEST.json"
+SOURCES_ENV = "SYNCFUZZ_SOURCES"
+SHIPPED_PACKS = PROJECT_ROOT / "sources"
+COPY_FOLDERS = ("legacy", "optimized")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def catalog_paths(targets: Iterable[Any] | None = None, root: Path = PROJECT_ROOT) -> list[str]:
+    """Every ``vllm/...py`` file a side build or provenance may read: the files the
+    target records name and the ones the copies name in docstrings and ADAPTED marks."""
+    if targets is None:
+        from fuzz.targets import all_targets
+
+        targets = all_targets().values()
+    paths = {ref.partition("::")[0] for target in targets for ref in target.upstream}
+    for folder in COPY_FOLDERS:
+        for copy in (root / folder).glob("*.py"):
+            paths.update(referenced_paths(copy.read_text(encoding="utf-8")))
+    return sorted(paths)
+
+
+class PackSource(TreeSource):
+    """A source pack: a tree whose files are checked against its manifest when read."""
+
+    def __init__(self, folder: Path) -> None:
+        manifest = read_manifest(folder)
+        self.folder = folder
+        self.manifest = manifest
+        self.hashes: dict[str, str] = manifest["files"]
+        super().__init__(folder)
+        self.version = manifest["version"]
+        self.label = f"source pack {folder}"
+
+    def read(self, path: str) -> str | None:
+        if path not in self.hashes:
+            return None
+        file = self.folder / path
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"source pack {self.folder} lacks {path} ({exc.strerror}), which its manifest lists; "
+                             f"fetch it again: python -m fuzz sources fetch vllm=={self.version} "
+                             f"--into {self.folder.parent}") from exc
+        if sha256(data) != self.hashes[path]:
+            raise UsageError(f"source pack {self.folder}: {path} does not match its manifest's sha256 (edited "
+                             f"after it was fetched); fetch it again: python -m fuzz sources fetch "
+                             f"vllm=={self.version} --into {self.folder.parent}")
+        return data.decode("utf-8")
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    file = folder / MANIFEST
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{folder} is not a source pack: {MANIFEST} cannot be read ({exc.strerror}); "
+                         "make one with: python -m fuzz sources fetch vllm==X --into DIR") from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{file} is not JSON ({exc.msg}, line {exc.lineno}); fetch the pack again") from exc
+    files = data.get("files") if isinstance(data, dict) else None
+    if (not isinstance(data, dict) or data.get("format") != PACK_FORMAT or not isinstance(data.get("version"), str)
+            or not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values())):
+        raise UsageError(f"{file} is not a {PACK_FORMAT} manifest (format, version and files are required); "
+                         "fetch the pack again with python -m fuzz sources fetch")
+    return data
+
+
+def search_folders(search: Sequence[str] = ()) -> list[Path]:
+    """Where packs are looked for: ``--sources`` folders, ``$SYNCFUZZ_SOURCES``
+    (``os.pathsep``-separated), then the packs shipped in the repository."""
+    env = [p for p in os.environ.get(SOURCES_ENV, "").split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in [*search, *env]] + [SHIPPED_PACKS]
+
+
+def find_pack(version: str, search: Sequence[str] = ()) -> PackSource | None:
+    for folder in search_folders(search):
+        candidate = folder / f"vllm-{version}"
+        if (candidate / MANIFEST).is_file():
+            return PackSource(candidate)
+    return None
+
+
+def release_source(version: str, search: Sequence[str] = (), cache: Path | None = None) -> Source | None:
+    """vllm ``version`` from a source pack, else from the wheel cache; None when neither has it."""
+    pack = find_pack(version, search)
+    if pack is not None:
+        return pack
+    wheel = cached_wheel(version, cache or default_cache())
+    return WheelSource(wheel) if wheel else None
+
+
+def write_pack(source: Source, into: Path, paths: Sequence[str], origin: dict[str, Any]) -> Path:
+    """``into/vllm-VERSION/``: ``paths`` read from ``source``, a manifest, vLLM's LICENSE.
+
+    Written beside the target and renamed into place, so an interrupted fetch
+    never leaves half a pack, and an existing pack is replaced only whole.
+    """
+    if not source.version:
+        raise UsageError(f"{source.label} records no vllm version (no vllm/_version.py); "
+                         "a pack is named by its version: pass a wheel or an installed vllm")
+    into.mkdir(parents=True, exist_ok=True)
+    final = into / f"vllm-{source.version}"
+    files: dict[str, str] = {}
+    absent: list[str] = []
+    with tempfile.TemporaryDirectory(dir=into, prefix=".pack-") as tmp:
+        staging = Path(tmp) / final.name
+        for path in paths:
+            text = source.read(path)
+            if text is None:
+                absent.append(path)  # a file a later release moved: the side build says so per target
+                continue
+            data = text.encode("utf-8")
+            (staging / path).parent.mkdir(parents=True, exist_ok=True)
+            (staging / path).write_bytes(data)
+            files[path] = sha256(data)
+        license_text = _license(source)
+        if license_text:
+            (staging / "LICENSE").write_text(license_text, encoding="utf-8")
+        manifest = {"format": PACK_FORMAT, "version": source.version, **origin,
+                    "license": "Apache-2.0 (vLLM project; LICENSE beside this file)" if license_text else None,
+                    "files": files, "absent": absent}
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        if final.exists():
+            old = Path(tmp) / "old"
+            os.replace(final, old)
+        os.replace(staging, final)
+    return final
+
+
+def _license(source: Source) -> str | None:
+    zipped = getattr(source, "_zip", None)
+    if zipped is not None:
+        for name in zipped.namelist():
+            if name.endswith(".dist-info/licenses/LICENSE") or name.endswith(".dist-info/LICENSE"):
+                return zipped.read(name).decode("utf-8")
+    root = getattr(source, "root", None)
+    if root is not None and (Path(root) / "LICENSE").is_file():
+        return (Path(root) / "LICENSE").read_text(encoding="utf-8")
+    return None
+
+
+def wheel_origin(wheel: Path) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    with wheel.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"from": wheel.name, "from_sha256": digest.hexdigest()}
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """``sources fetch`` and ``sources list``."""
+    p = commands.add_parser("sources", help="offline source packs: the vllm files the catalog needs",
+                            description="Keep the upstream files that sides and provenance read, per release, "
+                                        "so a host without network can build --legacy/--optimized vllm==X.")
+    actions = p.add_subparsers(dest="sources_command", required=True)
+    fetch = actions.add_parser("fetch", help="write packs for releases (vllm==X, a .whl or a vllm tree)")
+    fetch.add_argument("specs", nargs="+", metavar="vllm==X|PATH")
+    fetch.add_argument("--into", required=True, metavar="DIR", help="where the packs go (DIR/vllm-X/)")
+    fetch.add_argument("--cache", metavar="DIR", help="wheel cache (default $SYNCFUZZ_WHEEL_CACHE, else "
+                                                     "~/.cache/syncfuzz/wheels); missing wheels are downloaded")
+    listing = actions.add_parser("list", help="the packs found and whether their files match their manifests")
+    listing.add_argument("--sources", action="append", default=[], metavar="DIR",
+                         help=f"also look here (and in ${SOURCES_ENV})")
+
+
+def cmd_sources(args: argparse.Namespace) -> int:
+    if args.sources_command == "list":
+        return _list(args.sources)
+    into = Path(args.into).expanduser()
+    if into.exists() and not into.is_dir():
+        raise UsageError(f"--into {args.into!r} is a file; pass a directory (it is created if missing)")
+    cache = Path(args.cache).expanduser() if args.cache else default_cache()
+    # Every spec is checked before the first (slow) download.
+    wanted = [(spec, release_version(spec)) for spec in args.specs]
+    for spec, version in wanted:
+        if version is None:
+            open_source(spec, "sources fetch")
+    paths = catalog_paths()
+    for spec, version in wanted:
+        if version is not None:
+            wheel = fetch_wheel(version, cache)
+            source, origin = WheelSource(wheel), wheel_origin(wheel)
+        else:
+            source = open_source(spec, "sources fetch")
+            origin = wheel_origin(Path(spec)) if spec.endswith(".whl") else {"from": str(Path(spec).resolve())}
+        folder = write_pack(source, into, paths, origin)
+        manifest = read_manifest(folder)
+        size = sum((folder / path).stat().st_size for path in manifest["files"])
+        absent = f", {len(manifest['absent'])} absent in this release" if manifest["absent"] else ""
+        print(f"[sources] {folder}: {len(manifest['files'])} files, {size / 1e6:.2f} MB{absent}")
+    return 0
+
+
+def _list(search: Sequence[str]) -> int:
+    found = 0
+    for folder in search_folders(search):
+        for pack in sorted(folder.glob("vllm-*")) if folder.is_dir() else []:
+            if not (pack / MANIFEST).is_file():
+                continue
+            found += 1
+            source = PackSource(pack)
+            bad = []
+            for path in source.hashes:
+                try:
+                    source.read(path)
+                except UsageError:
+                    bad.append(path)
+            state = f"{len(bad)} files changed or missing" if bad else "files match the manifest"
+            print(f"vllm {source.version}  {pack}  {len(source.hashes)} files, {state}")
+    if not found:
+        print("no source packs found; make one with: python -m fuzz sources fetch vllm==X --into DIR")
+    return 0
+
+
+def release_version(spec: str) -> str | None:
+    """The X of ``vllm==X``; None for anything else (a path)."""
+    match = re.fullmatch(r"\s*vllm\s*==\s*([\w.+!-]+)\s*", spec)
+    return match.group(1) if match else None

@@ -1,0 +1,482 @@
+"""Rebuild a copy module from another upstream source, adaptations carried over.
+
+A copy module (``optimized/keye.py``) is upstream definitions plus the
+harness's namespace: stand-in classes, local helpers in place of vllm
+imports, and ``# ADAPTED:`` edits. Provenance maps every verbatim definition
+to its upstream definition in the release the copy came from (the *base*).
+Given another source (a release, a checkout), each such definition is
+replaced by a three-way merge (fuzz/merge3.py) of base, copy and new text:
+upstream's changes come in, the copy's adaptations stay. Everything the copy
+holds that is not an upstream definition (stand-ins, module-level imports and
+constants) is kept as it is, and imports of the copy's own package are
+pointed at the rebuilt package.
+
+What cannot be rebuilt mechanically is recorded per definition, never
+guessed: the definition is gone, upstream changed lines the copy adapts, a
+class's own lines (fields, bases) changed, or the new text needs a vllm name
+the namespace lacks. A new helper that the new text calls and that its own
+upstream file defines (a function, a class, a constant, a non-vllm import)
+is pulled in beside it. A failed definition keeps the copy's text, so the
+module still imports; ``reach`` tells which targets depend on it.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+import symtable
+import textwrap
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from fuzz.merge3 import Conflict, merge3
+from fuzz.provenance._common import PROJECT_ROOT, UPSTREAM_PATH_RE
+from fuzz.provenance.matching import CopyLines, Span, UpstreamFile, normalize, upstream_file, walk_spans
+from fuzz.provenance.sources import Source
+
+HEADER_RE = re.compile(r"\s*(async\s+def|def|class)\b")
+MODULE_NAMES = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__"}
+
+
+@dataclass
+class ModuleBuild:
+    """One rebuilt copy module, and what could not be rebuilt."""
+
+    name: str  # the copy module ("keye")
+    text: str = ""
+    changed: list[str] = field(default_factory=list)  # qualnames whose upstream text differs from base
+    pulled: list[str] = field(default_factory=list)  # new upstream helpers brought in
+    failed: dict[str, str] = field(default_factory=dict)  # qualname -> why it keeps the copy's text
+    error: str | None = None  # the module as a whole could not be built
+
+
+def _header_row(lines: Sequence[str], span: Span) -> int:
+    for row in range(span.start, span.end + 1):
+        if HEADER_RE.match(lines[row - 1]):
+            return row
+    return span.start
+
+
+def _header_index(lines: Sequence[str]) -> int:
+    """Where the ``def``/``class`` line is in a definition's lines (after its decorators)."""
+    return next((i for i, line in enumerate(lines) if HEADER_RE.match(line)), 0)
+
+
+def _first_row(facts: CopyLines, start: int) -> int:
+    """A definition's first row with the ADAPTED comment rows right above it
+    (``# @torch.compile(...)  # ADAPTED: run eagerly`` stands for a decorator)."""
+    row = start
+    while row > 1 and row - 1 in facts.comment_only and row - 1 in facts.adapted:
+        row -= 1
+    return row
+
+
+def _find(files: Sequence[UpstreamFile], qualname: str, kind: str,
+          prefer: str | None = None) -> tuple[UpstreamFile, Span] | None:
+    ordered = sorted(files, key=lambda f: f.path != prefer)
+    for f in ordered:
+        for span in f.spans.get(qualname, []):
+            if span.kind == kind:
+                return f, span
+    return None
+
+
+def _class_shape(f: UpstreamFile, span: Span) -> str:
+    """A class's own code (bases, decorators, fields), docstring and methods left out."""
+    node = ast.parse(textwrap.dedent("\n".join(f.lines[span.start - 1:span.end]))).body[0]
+    assert isinstance(node, ast.ClassDef)
+    body = [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]
+    return ast.dump(ast.Module(body=[*node.bases, *node.keywords, *node.decorator_list, *body], type_ignores=[]))
+
+
+def _bound_at_module_level(tree: ast.Module) -> set[str]:
+    names = set(MODULE_NAMES)
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name.split(".")[0]) for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            todo.extend(node.body)
+            todo.extend(getattr(node, "orelse", []))
+            todo.extend(getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                todo.extend(handler.body)
+    return names
+
+
+def global_names(text: str) -> set[str]:
+    """Names a definition looks up in its module's globals, when defined and when
+    called: decorators, defaults, annotations and bases (the snippet's own
+    scope) and every name its functions read as global (symtable's view)."""
+    table = symtable.symtable(_without_annotations(textwrap.dedent(text)), "<definition>", "exec")
+    found: set[str] = set()
+    todo = [table]
+    while todo:
+        scope = todo.pop()
+        todo.extend(scope.get_children())
+        if scope.get_type() == "function":
+            found.update(scope.get_globals())  # type: ignore[attr-defined]
+        else:
+            found.update(s.get_name() for s in scope.get_symbols()
+                         if s.is_referenced() and not s.is_assigned() and not s.is_imported())
+    return found - {"__class__"}  # super()'s implicit cell, not a global
+
+
+class _DropAnnotations(ast.NodeTransformer):
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.returns = None
+        self.generic_visit(node)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        if node.value is None:
+            return ast.Pass()
+        return ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno)
+
+
+def _without_annotations(text: str) -> str:
+    """The rebuilt modules never evaluate annotations (``from __future__ import
+    annotations`` is added to them), so names used only there are not needed."""
+    tree = _DropAnnotations().visit(ast.parse(text))
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def _with_lazy_annotations(lines: list[str]) -> list[str]:
+    """``from __future__ import annotations`` after the module docstring: upstream
+    annotations name vllm and transformers types the harness does not have."""
+    tree = ast.parse("\n".join(lines))
+    first = tree.body[0] if tree.body else None
+    at = first.end_lineno if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else 0
+    if any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body):
+        return lines
+    mark = "from __future__ import annotations  # ADAPTED: rebuilt side; annotations are not evaluated"
+    return [*lines[:at], mark, *lines[at:]]
+
+
+def _vllm_imports_inside(text: str) -> list[str]:
+    tree = ast.parse(textwrap.dedent(text))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "vllm":
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names if a.name.split(".")[0] == "vllm")
+    return out
+
+
+def _code(lines: Sequence[str]) -> list[str]:
+    return [normalize(x) for x in lines if normalize(x) and not normalize(x).startswith("#")]
+
+
+def _closest(files: Sequence[UpstreamFile], span: Span, lines: Sequence[str]) -> tuple[UpstreamFile, Span] | None:
+    """The upstream definition the copy's ``span`` was taken from: same qualname
+    and kind, and of those (``forward`` is in every model file) the one sharing
+    the most lines with the copy, as provenance decides."""
+    mine = {normalize(lines[row - 1]) for row in span.own_rows()}
+    scored = [(sum(f.norm[row - 1] in mine for row in up.own_rows()), n, f, up)
+              for n, f in enumerate(files) for up in f.spans.get(span.qualname, []) if up.kind == span.kind]
+    if not scored:
+        return None
+    best = max(scored, key=lambda s: (s[0], -s[1]))
+    return best[2], best[3]
+
+
+class _Puller:
+    """New helpers a rebuilt definition needs, found in the new upstream files.
+
+    A name the new text imports from vllm is taken from the template's own
+    helper module for that vllm module when it defines the name (the copies'
+    ``from optimized.torch_utils import async_tensor_h2d``), else pulled from
+    that vllm file when it is one of the catalog's; a name defined at the top
+    of the definition's own file is pulled from there.
+    """
+
+    def __init__(self, files: Sequence[UpstreamFile], bound: set[str], helpers: dict[str, tuple[str, set[str]]],
+                 stand_ins: dict[str, tuple[str, str]], package: str, module: str) -> None:
+        self.files = {f.path: f for f in files}
+        self.trees: dict[str, ast.Module] = {}
+        self.bound = set(bound) | set(dir(builtins))
+        self.helpers = helpers  # vllm dotted module -> (template module, names it defines)
+        self.stand_ins = stand_ins  # vllm function name -> (template module, the stand-in for it)
+        self.package = package
+        self.module = module
+        self.texts: list[str] = []
+        self.names: list[str] = []
+
+    def need(self, text: str, prefer: str | None) -> str | None:
+        """Pull what ``text`` lacks; the reason it cannot be, or None."""
+        for name in sorted(global_names(text) - self.bound):
+            problem = self._pull(name, prefer)
+            if problem:
+                return problem
+        return None
+
+    def _tree(self, path: str) -> ast.Module:
+        if path not in self.trees:
+            self.trees[path] = ast.parse("\n".join(self.files[path].lines))
+        return self.trees[path]
+
+    def _pull(self, name: str, prefer: str | None, only: str | None = None) -> str | None:
+        paths = [only] if only else sorted(self.files, key=lambda p: p != prefer)
+        for path in paths:
+            lines = self.files[path].lines
+            for node in self._tree(path).body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+                    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                    return self._add(name, "\n".join(lines[start - 1:node.end_lineno]), path)
+                if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                        return self._add(name, "\n".join(lines[node.lineno - 1:node.end_lineno]), path)
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    for alias in node.names:
+                        if (alias.asname or alias.name.split(".")[0]) == name:
+                            return self._import(name, node, alias)
+        where = only or prefer or "its upstream file"
+        return f"uses {name}, which neither the harness's namespace nor {where} defines"
+
+    def _import(self, name: str, node: ast.Import | ast.ImportFrom, alias: ast.alias) -> str | None:
+        module = node.module if isinstance(node, ast.ImportFrom) else alias.name
+        suffix = f" as {alias.asname}" if alias.asname else ""
+        if isinstance(node, ast.ImportFrom) and node.level:
+            return f"needs {name} from a relative import, which the harness cannot map"
+        if (module or "").split(".")[0] != "vllm":
+            line = f"from {module} import {alias.name}" if isinstance(node, ast.ImportFrom) else f"import {module}"
+            return self._add(name, line + suffix, None)
+        if isinstance(node, ast.ImportFrom) and module in self.helpers:
+            helper, defined = self.helpers[module]
+            if alias.name in defined:
+                return self._add(name, f"from {self.package}.{helper} import {alias.name}{suffix}", None)
+        if isinstance(node, ast.ImportFrom) and alias.name in self.stand_ins:
+            helper, stand_in = self.stand_ins[alias.name]
+            if helper == self.module:  # the stand-in is in this very module (torch_utils)
+                return self._add(name, f"{name} = {stand_in}", None)
+            return self._add(name, f"from {self.package}.{helper} import {stand_in} as {name}", None)
+        file = (module or "").replace(".", "/") + ".py"
+        if isinstance(node, ast.ImportFrom) and file in self.files and not alias.asname:
+            return self._pull(alias.name, None, only=file)
+        return (f"needs {name} from {module}, a vllm name the harness's namespace lacks "
+                "(add a local helper for it to the copy, marked ADAPTED)")
+
+    def _add(self, name: str, text: str, path: str | None) -> str | None:
+        self.bound.add(name)
+        inside = _vllm_imports_inside(text) if path else []
+        if inside:  # it would raise ImportError when called: refused now, not at run time
+            return f"its new helper {name} imports {inside[0]} inside its body"
+        problem = self.need(text, path) if path else None
+        if problem:
+            return f"its new helper {name}: {problem}"
+        self.texts.append(text)
+        self.names.append(name)
+        return None
+
+
+STAND_IN_RE = re.compile(r"#\s*ADAPTED:\s*stands in for vllm's (\w+)\(\)")
+
+
+def stand_ins(template: str) -> dict[str, tuple[str, str]]:
+    """vllm function -> (template module, its stand-in): the functions whose ADAPTED
+    header says ``stands in for vllm's NAME()`` (``pin_memory_available`` for
+    ``is_pin_memory_available``), so new upstream text calling NAME gets the stand-in."""
+    found: dict[str, tuple[str, str]] = {}
+    for path in sorted((PROJECT_ROOT / template).glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for node in ast.parse(text).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                match = STAND_IN_RE.search(lines[node.lineno - 1])
+                if match:
+                    found.setdefault(match.group(1), (path.stem, node.name))
+    return found
+
+
+def helper_modules(template: str, skip: str) -> dict[str, tuple[str, set[str]]]:
+    """vllm module -> (the template's copy module of it, the names that copy defines):
+    a copy's own upstream file is the first ``vllm/...py`` path its docstring names."""
+    found: dict[str, tuple[str, set[str]]] = {}
+    for path in sorted((PROJECT_ROOT / template).glob("*.py")):
+        if path.stem in ("__init__", skip):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        named = UPSTREAM_PATH_RE.findall(ast.get_docstring(tree) or "")
+        if named:
+            module = named[0][:-3].replace("/", ".")
+            found.setdefault(module, (path.stem, _bound_at_module_level(tree) - MODULE_NAMES))
+    return found
+
+
+def build_module(name: str, template: str, base: Source, new: Source, paths: Sequence[str],
+                 package: str) -> ModuleBuild:
+    """``template/name.py`` with its upstream definitions taken from ``new``."""
+    failed: dict[str, str] = {}
+    while True:
+        build, late = _attempt(name, template, base, new, paths, package, failed)
+        if not late:
+            return build
+        # A definition that fails after its merge (a helper it cannot get) keeps the copy's text.
+        failed.update(late)
+
+
+def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequence[str], package: str,
+             failed: dict[str, str]) -> tuple[ModuleBuild, dict[str, str]]:
+    build = ModuleBuild(name, failed=dict(failed))
+    copy_text = (PROJECT_ROOT / template / f"{name}.py").read_text(encoding="utf-8")
+    lines = copy_text.splitlines()
+    facts = CopyLines.from_text(copy_text)
+    tree = ast.parse(copy_text)
+    base_files = [f for f in (upstream_file(base, p) for p in paths) if f is not None]
+    new_files = [f for f in (upstream_file(new, p) for p in paths) if f is not None]
+    replacements: list[tuple[int, int, list[str], str, str]] = []
+    for span in walk_spans(tree.body):
+        if span.qualname in build.failed or _header_row(lines, span) in facts.adapted:
+            continue  # failed before, or a stand-in: the harness's own, kept
+        found = _closest(base_files, span, lines)
+        if found is None:
+            continue  # not an upstream definition (provenance says so when it matters)
+        base_file, base_span = found
+        hit = _find(new_files, span.qualname, span.kind, prefer=base_file.path)
+        if hit is None:
+            build.failed[span.qualname] = f"{span.qualname} is not in {new.label} ({base_file.path})"
+            continue
+        new_file, new_span = hit
+        if span.kind == "class":
+            if _class_shape(base_file, base_span) != _class_shape(new_file, new_span):
+                build.failed[span.qualname] = (f"class {span.qualname}'s own lines (bases, fields, decorators) "
+                                               f"changed in {new.label}; they are not merged mechanically")
+            continue
+        old = base_file.lines[base_span.start - 1:base_span.end]
+        theirs = new_file.lines[new_span.start - 1:new_span.end]
+        first = _first_row(facts, span.start)
+        ours = lines[first - 1:span.end]
+        kept: list[str] = []
+        ours_head = _header_row(lines, span) - first
+        old_head, theirs_head = _header_index(old), _header_index(theirs)
+        if _code(ours[:ours_head]) != _code(old[:old_head]):
+            # The copy adapts the decorators (`# @torch.compile(...)  # ADAPTED: run eagerly`):
+            # they stay the copy's, and only what follows the `def` line is merged.
+            kept, ours = ours[:ours_head], ours[ours_head:]
+            old, theirs = old[old_head:], theirs[theirs_head:]
+        if _code(old) == _code(theirs):
+            continue  # unchanged, or only comments, blank lines or decorators the copy drops changed
+        merged = merge3(old, ours, theirs)
+        if not isinstance(merged, Conflict):
+            merged = [*kept, *merged]
+        else:
+            lo = merged.ours_rows[0] + len(kept)
+            merged = Conflict(merged.base_rows, (lo, merged.ours_rows[1] + len(kept)), merged.theirs_rows)
+        if isinstance(merged, Conflict):
+            lo, hi = merged.ours_rows
+            build.failed[span.qualname] = (f"{span.qualname}: {new.label} changed lines the copy adapts "
+                                           f"({template}/{name}.py:{first + lo}-{first + max(lo, hi - 1)})")
+            continue
+        inside = _vllm_imports_inside("\n".join(merged))
+        if inside:
+            build.failed[span.qualname] = f"{span.qualname} now imports {inside[0]} inside its body"
+            continue
+        replacements.append((first, span.end, merged, new_file.path, span.qualname))
+    for first, end, merged, _, _ in sorted(replacements, reverse=True):
+        lines[first - 1:end] = merged
+    puller = _Puller(new_files, _bound_at_module_level(ast.parse("\n".join(lines))),
+                     helper_modules(template, skip=name), stand_ins(template), package, name)
+    late: dict[str, str] = {}
+    for _, _, merged, path, qualname in replacements:
+        problem = puller.need("\n".join(merged), path)
+        if problem:
+            late[qualname] = f"{qualname} {problem}"
+    if late:
+        return build, late
+    build.changed = [qualname for *_, qualname in replacements]
+    if puller.texts:
+        lines += ["", "", f"# ADAPTED: helpers {new.label} added, pulled in beside the definitions that call them"]
+        for text in puller.texts:
+            lines += ["", "", *text.splitlines()]
+        build.pulled = list(puller.names)
+    build.text = _point_imports("\n".join(_with_lazy_annotations(lines)) + "\n", template, package)
+    return build, {}
+
+
+def _point_imports(text: str, template: str, package: str) -> str:
+    """``from optimized.torch_utils import x`` -> the rebuilt package's module."""
+    return re.sub(rf"(?m)^(\s*from\s+){template}(\.|\s)", rf"\g<1>{package}\g<2>", text)
+
+
+def reach(text: str, entry: str) -> set[str]:
+    """The qualnames a call of ``entry`` may run: followed statically through
+    the module's functions, classes and methods. ``self.name``/``cls.name``
+    reaches that method in the class's family (its bases and subclasses in the
+    module); any other ``x.name`` reaches every method so named (generous: a
+    definition that may run counts)."""
+    tree = ast.parse(text)
+    units = {qualname: node for node, qualname in _defs(tree.body, "")}
+    classes = {q: n for q, n in units.items() if isinstance(n, ast.ClassDef)}
+    by_name: dict[str, list[str]] = {}
+    for qualname in units:
+        by_name.setdefault(qualname.rsplit(".", 1)[-1], []).append(qualname)
+
+    def bases(cls: str) -> set[str]:
+        out, todo = set(), [cls]
+        while todo:
+            current = todo.pop()
+            if current in out or current not in classes:
+                continue
+            out.add(current)
+            todo.extend(b.id for b in classes[current].bases if isinstance(b, ast.Name))
+        return out
+
+    def family(cls: str) -> set[str]:
+        return bases(cls) | {c for c in classes if cls in bases(c)}
+
+    seen: set[str] = set()
+    todo = [entry]
+    while todo:
+        qualname = todo.pop()
+        if qualname in seen or qualname not in units:
+            continue
+        seen.add(qualname)
+        owner = qualname.rsplit(".", 1)[0] if qualname.rsplit(".", 1)[0] in classes else None
+        node = units[qualname]
+        if isinstance(node, ast.ClassDef):
+            todo.append(qualname + ".__init__")
+            parts: list[ast.AST] = [*node.bases, *node.decorator_list,
+                                    *(s for s in node.body if not isinstance(s, (ast.FunctionDef,
+                                                                                 ast.AsyncFunctionDef)))]
+            todo.extend(b.id for b in node.bases if isinstance(b, ast.Name))
+        else:
+            parts = [node]
+            if owner:
+                todo.append(owner)
+        for part in parts:
+            for sub in ast.walk(part):
+                if isinstance(sub, ast.Name):
+                    todo.extend(by_name.get(sub.id, []))
+                elif isinstance(sub, ast.Attribute):
+                    if owner and isinstance(sub.value, ast.Name) and sub.value.id in ("self", "cls"):
+                        todo.extend(f"{c}.{sub.attr}" for c in family(owner))
+                    else:
+                        todo.extend(q for q in by_name.get(sub.attr, []) if "." in q)
+    return seen
+
+
+def _defs(body: Iterable[ast.stmt], prefix: str) -> Iterable[tuple[ast.AST, str]]:
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node, prefix + node.name
+            if isinstance(node, ast.ClassDef):
+                yield from _defs(node.body, prefix + node.name + ".")

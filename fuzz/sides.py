@@ -1,0 +1,361 @@
+"""Either side of a run from any upstream source: ``--legacy SIDE --optimized SIDE``.
+
+SIDE is ``copy`` (the frozen copy under ``legacy/`` or ``optimized/``),
+``vllm==X.Y.Z`` (a release, from a source pack or the wheel cache:
+fuzz/packs.py) or a PATH (a vllm checkout, an unpacked wheel, a ``.whl``).
+A side from a source is the copy package nearest to that source's version
+(the *template*: ``optimized/`` for 0.28.0 and later or an unversioned
+checkout, ``legacy/`` before), rebuilt module by module from the source
+(fuzz/sidebuild.py) and imported under its own package name, so both roles
+can come from sources at once. A target whose code cannot be rebuilt from
+that source is ``cannot-build`` for the run, with the reason.
+
+Every process of a run (the isolated worker, each xdist worker, confirm
+replays, ``replay``) rebuilds the same sides from the ``RunConfig``; the
+side's identity (release version or checkout path, git commit and the hash
+of the files read) goes into reports and repro files, and ``replay``
+refuses a source that has changed since.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.abc
+import importlib.machinery
+import inspect
+import json
+import linecache
+import re
+import subprocess
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from fuzz.errors import UsageError
+from fuzz.packs import SHIPPED_PACKS, catalog_paths, release_source, release_version
+from fuzz.provenance._common import SIDE_VERSIONS
+from fuzz.provenance.sources import Source, open_source
+from fuzz.provenance.verify import upstream_files_by_module
+from fuzz.sidebuild import ModuleBuild, build_module, reach
+from fuzz.targets import FORM_ATTRIBUTE, Target
+
+COPY = "copy"
+ROLES = ("legacy", "optimized")
+PACKAGE = "syncfuzz_sides"
+
+
+class CannotBuild(Exception):
+    """A target whose code cannot be rebuilt from a side's source (the reason is the message)."""
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def check_side(spec: str, flag: str, search: Sequence[str] = ()) -> str:
+    """``spec`` as a RunConfig keeps it (a path made absolute), or a UsageError
+    naming the problem and the fix -- before any work is done."""
+    if spec == COPY:
+        return spec
+    version = release_version(spec)
+    if version is not None:
+        if release_source(version, search) is None:
+            raise UsageError(
+                f"{flag} vllm=={version}: no source pack or cached wheel for that release; fetch one (network "
+                f"needed once): python -m fuzz sources fetch vllm=={version} --into DIR, then pass --sources DIR "
+                f"(packs shipped here: {', '.join(p.name for p in sorted(SHIPPED_PACKS.glob('vllm-*'))) or 'none'})")
+        return f"vllm=={version}"
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise UsageError(f"{flag} {spec!r} is not copy, vllm==X.Y.Z or an existing path; pass one of those "
+                         "(a path is a vllm checkout, an unpacked wheel or a .whl)")
+    open_source(str(path), flag)  # the same checks as provenance: a wheel, or a folder holding vllm/
+    return str(path.resolve())
+
+
+@dataclass(frozen=True)
+class SideSource:
+    """A resolved side: where its upstream text comes from, and who it is."""
+
+    spec: str
+    source: Source
+    identity: dict[str, Any]
+
+    @property
+    def version(self) -> str | None:
+        return self.source.version
+
+
+_SOURCES: dict[tuple[str, tuple[str, ...]], SideSource] = {}
+
+
+def side_source(spec: str, search: Sequence[str] = ()) -> SideSource:
+    key = (spec, tuple(search))
+    if key not in _SOURCES:
+        version = release_version(spec)
+        source = release_source(version, search) if version else open_source(spec, spec)
+        if source is None:
+            raise UsageError(f"vllm=={version}: no source pack or cached wheel; "
+                             f"python -m fuzz sources fetch vllm=={version} --into DIR, then --sources DIR")
+        _SOURCES[key] = SideSource(spec, source, _identity(spec, source))
+    return _SOURCES[key]
+
+
+def _identity(spec: str, source: Source) -> dict[str, Any]:
+    """The side's name, version, where it was read and a sha256 per catalog file
+    (``None``: absent), so replay can name the file that changed."""
+    files: dict[str, str | None] = {}
+    for path in catalog_paths():
+        text = source.read(path)
+        files[path] = hashlib.sha256(text.encode()).hexdigest()[:16] if text is not None else None
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    identity: dict[str, Any] = {"side": spec, "kind": "release" if release_version(spec) else "path",
+                                "version": source.version, "from": source.label,
+                                "files_sha256": digest, "files": files}
+    if identity["kind"] == "path":
+        identity["git_commit"] = _git_commit(Path(spec))
+    return identity
+
+
+def _git_commit(path: Path) -> str | None:
+    folder = path if path.is_dir() else path.parent
+    try:
+        done = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def identity(spec: str, search: Sequence[str] = ()) -> dict[str, Any]:
+    """What a side is, for reports and repro files."""
+    if spec == COPY:
+        from fuzz.versions import code_tree
+
+        return {"side": COPY, "kind": "copy", "code_sha256": code_tree()["code_sha256"]}
+    return dict(side_source(spec, search).identity)
+
+
+def template_for(version: str | None, target: Target) -> str:
+    """The copy a source's side is rebuilt from: the nearest by version."""
+    optimized = target_versions(target)[1]
+    return "legacy" if version and _version_key(version) < _version_key(optimized) else "optimized"
+
+
+def target_versions(target: Target) -> tuple[str, str]:
+    """The releases a target's legacy and optimized copies were taken from."""
+    pair = getattr(target, "versions", None)
+    if pair:
+        return tuple(pair)  # type: ignore[return-value]
+    return SIDE_VERSIONS["legacy"], SIDE_VERSIONS["optimized"]
+
+
+# --------------------------------------------------------------------------- built packages
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves the rebuilt modules of every built package from memory."""
+
+    def __init__(self) -> None:
+        self.packages: dict[str, _Package] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname == PACKAGE or fullname in self.packages:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        parent, _, _ = fullname.rpartition(".")
+        if parent in self.packages:
+            return importlib.machinery.ModuleSpec(fullname, self, origin=self.packages[parent].filename(fullname))
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__name__
+        if name == PACKAGE or name in self.packages:
+            module.__path__ = []  # type: ignore[attr-defined]
+            return
+        package = self.packages[name.rpartition(".")[0]]
+        build = package.module(name.rpartition(".")[2])
+        if build.error:
+            raise ImportError(build.error)
+        filename = package.filename(name)
+        lines = build.text.splitlines(keepends=True)
+        linecache.cache[filename] = (len(build.text), None, lines, filename)  # tracebacks, inspect.getsource
+        module.__file__ = filename
+        setattr(module, FORM_ATTRIBUTE, package.template)
+        exec(compile(build.text, filename, "exec"), module.__dict__)  # noqa: S102 -- the rebuilt copy
+
+
+_FINDER = _Finder()
+
+
+class _Package:
+    """One template copy package rebuilt from one source."""
+
+    def __init__(self, side: SideSource, template: str, search: Sequence[str]) -> None:
+        self.side = side
+        self.template = template
+        self.search = tuple(search)
+        key = hashlib.sha256(f"{side.identity['files_sha256']}|{side.spec}|{template}".encode()).hexdigest()[:12]
+        self.name = f"{PACKAGE}.{template}_{key}"
+        self.builds: dict[str, ModuleBuild] = {}
+
+    def filename(self, fullname: str) -> str:
+        return f"<{self.template}/{fullname.rpartition('.')[2]}.py from {self.side.spec}>"
+
+    def module(self, name: str) -> ModuleBuild:
+        if name not in self.builds:
+            self.builds[name] = self._build(name)
+        return self.builds[name]
+
+    def _build(self, name: str) -> ModuleBuild:
+        from fuzz.targets import all_targets
+
+        targets = list(all_targets().values())
+        users = [t for t in targets if getattr(t, self.template).partition(":")[0] == f"{self.template}.{name}"]
+        base_version = target_versions(users[0])[ROLES.index(self.template)] if users else \
+            SIDE_VERSIONS[self.template]
+        base = _base_source(base_version, self.search)
+        if base is None:
+            return ModuleBuild(name, error=f"no source for vllm=={base_version}, which {self.template}/{name}.py "
+                                           "was copied from (the base of the merge); fetch its pack")
+        named = upstream_files_by_module(targets).get(name, [])
+        # A file the targets name must be in the base: without it nothing of the copy maps
+        # to upstream, and the copy's text would run unnoticed as if it were the source's.
+        lacking = [path for path in named if base.read(path) is None]
+        if lacking:
+            return ModuleBuild(name, error=f"the vllm {base_version} source (the base of the merge) has no "
+                                           f"{lacking[0]}; fetch its pack again: python -m fuzz sources fetch "
+                                           f"vllm=={base_version} --into DIR")
+        paths = list(dict.fromkeys([*named, *catalog_paths()]))
+        try:
+            return build_module(name, self.template, base, self.side.source, paths, self.name)
+        except (SyntaxError, ValueError, UsageError) as exc:
+            return ModuleBuild(name, error=f"{self.template}/{name}.py cannot be rebuilt from "
+                                           f"{self.side.spec}: {exc}")
+
+
+_BASES: dict[tuple[str, tuple[str, ...]], Source | None] = {}
+
+
+def _base_source(version: str, search: Sequence[str]) -> Source | None:
+    """The release a copy was taken from, opened once per process (its parsed files are cached on it)."""
+    key = (version, tuple(search))
+    if key not in _BASES:
+        _BASES[key] = release_source(version, search)
+    return _BASES[key]
+
+
+_PACKAGES: dict[tuple[str, str, tuple[str, ...]], _Package] = {}
+
+
+def _package(side: SideSource, template: str, search: Sequence[str]) -> _Package:
+    key = (side.spec, template, tuple(search))
+    if key not in _PACKAGES:
+        package = _Package(side, template, search)
+        _PACKAGES[key] = package
+        _FINDER.packages[package.name] = package
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+    return _PACKAGES[key]
+
+
+# --------------------------------------------------------------------------- binding targets to sides
+
+
+def bind_sides(target: Target, config: Any) -> Target:
+    """``bind`` with the sides a RunConfig names (every process of a run calls this)."""
+    return bind(target, config.legacy, config.optimized, config.sources)
+
+
+def side_labels(config: Any) -> dict[str, str]:
+    """``versions()``'s legacy/optimized labels for the roles that run a source, not a copy."""
+    return {role: getattr(config, role) for role in ROLES if getattr(config, role) != COPY}
+
+
+def side_identities(config: Any) -> dict[str, dict[str, Any]]:
+    """Each role's identity, for reports and repro files."""
+    return {role: identity(getattr(config, role), config.sources) for role in ROLES}
+
+
+def check_repro_sides(payload: dict, config: Any, where: str) -> None:
+    """Before a replay runs: each side the repro names still resolves and is
+    the same code (same files hash) it was when the failure was saved."""
+    recorded = payload.get("sides") or {}
+    for role in ROLES:
+        spec = getattr(config, role)
+        if spec == COPY:
+            continue
+        then = recorded.get(role) or {}
+        try:
+            now = identity(spec, config.sources)
+        except UsageError as exc:
+            raise UsageError(f"{where}: its {role} side {spec} cannot be found here ({exc}); replay it where "
+                             "that source is, or fetch its pack and pass the folder in $SYNCFUZZ_SOURCES") from exc
+        before, after = then.get("files") or {}, now["files"]
+        changed = sorted(path for path in set(before) & set(after) if before[path] != after[path])
+        if changed:
+            commit = f" (saved at git commit {then['git_commit']})" if then.get("git_commit") else ""
+            raise UsageError(f"{where}: its {role} side {spec} has changed since the failure was saved{commit}: "
+                             f"{changed[0]}" + (f" and {len(changed) - 1} more" if len(changed) > 1 else "")
+                             + "; restore that source to replay it, or run fuzz again against it as it is now")
+
+
+def bind(target: Target, legacy: str = COPY, optimized: str = COPY, search: Sequence[str] = ()) -> Target:
+    """``target`` with each role's callable taken from its side; CannotBuild with the reason."""
+    paths = {}
+    for role, spec in zip(ROLES, (legacy, optimized)):
+        if spec != COPY:
+            paths[role] = _built_path(target, role, spec, search)
+    return dataclasses.replace(target, **paths) if paths else target
+
+
+def _built_path(target: Target, role: str, spec: str, search: Sequence[str]) -> str:
+    side = side_source(spec, search)
+    template = template_for(side.version, target)
+    copy_path = getattr(target, template)
+    module_name, _, qualname = copy_path.partition(":")
+    if module_name.split(".")[0] != template:
+        raise CannotBuild(f"{role} {spec}: {copy_path} is not a module of {template}/ (a mutant or plug-in "
+                          "copy); only the copies under legacy/ and optimized/ can be rebuilt")
+    short = module_name.split(".", 1)[1]
+    package = _package(side, template, search)
+    build = package.module(short)
+    where = f"{role} {spec} ({template}/{short}.py rebuilt)"
+    if build.error:
+        raise CannotBuild(f"{where}: {build.error}")
+    needed = reach(build.text, qualname)
+    failed = [reason for name, reason in build.failed.items() if name in needed]
+    if failed:
+        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise CannotBuild(f"{where}: {failed[0]}{more}")
+    path = f"{package.name}.{short}:{qualname}"
+    try:
+        built = dataclasses.replace(target, **{role: path}).impl(role).function
+    except Exception as exc:  # noqa: BLE001 -- the rebuilt module failed to import: that is the reason
+        raise CannotBuild(f"{where}: importing it fails: {type(exc).__name__}: {exc}") from exc
+    _check_signature(target, template, built, where)
+    return path
+
+
+def _check_signature(target: Target, template: str, built: Any, where: str) -> None:
+    """The harness calls the function as the copy is called: a new required
+    parameter or a removed one means the target's input model no longer fits."""
+    copy = target.impl(template).function
+    try:
+        old, new = inspect.signature(copy), inspect.signature(built)
+    except (TypeError, ValueError):
+        return
+    old_names = [p.name for p in old.parameters.values()]
+    new_required = [p.name for p in new.parameters.values()
+                    if p.default is inspect.Parameter.empty and p.name not in old_names
+                    and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    gone = [name for name in old_names if name not in new.parameters]
+    if new_required or gone:
+        raise CannotBuild(f"{where}: the signature changed from {old} to {new}; the input model passes the "
+                          "copy's parameters (update the copy and its input model)")
+

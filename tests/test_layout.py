@@ -1,0 +1,48 @@
+"""Planted layout changes (tests/planted/layout.py): reported where the target
+declares ``Comparison(layout=True)``, invisible where it does not."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fuzz.catalog import TARGETS
+from fuzz.compare import Verdict
+from tests.planted.layout import BENIGN, BUGS, WIDE_BUGS
+from tests.support import fuzz
+
+PLANTS = {p.name: p for p in [*BUGS, *BENIGN, *WIDE_BUGS]}
+
+
+def _undeclared(target):
+    return dataclasses.replace(target, comparison=dataclasses.replace(target.comparison, layout=False))
+
+
+def test_column_major_chunk_indices_are_a_layout_divergence():
+    target = PLANTS["planted-layout-indices-column-major"].target()
+    assert target.comparison.layout
+    outcome = fuzz(target, max_examples=100)
+    assert outcome.verdict is Verdict.DIVERGENCE
+    assert {m.what for f in outcome.failures for m in f.mismatches} == {"layout"}
+    (failure,) = outcome.failures
+    assert "legacy strides (2, 1)" in failure.mismatches[0].detail
+    assert not fuzz(_undeclared(target), max_examples=100).failures
+
+
+def test_column_major_h2d_shows_under_the_wide_contract_only():
+    target = PLANTS["planted-layout-shim-column-major"].target()
+    assert not fuzz(target, max_examples=100).failures  # the caller model draws 1-D data only
+    outcome = fuzz(target, max_examples=300, contract="wide")
+    assert outcome.failures and {m.what for f in outcome.failures for m in f.mismatches} == {"layout"}
+    assert not fuzz(_undeclared(target), max_examples=300, contract="wide").failures
+
+
+def test_contiguous_of_a_contiguous_table_passes():
+    assert not fuzz(PLANTS["benign-layout-indices-contiguous"].target(), max_examples=100).failures
+
+
+def test_the_catalog_declares_layout_where_callers_hand_outputs_to_kernels():
+    declared = {t.name for t in TARGETS if t.comparison.layout}
+    assert {"fla-chunk-indices", "fla-chunk-offsets", "async-tensor-h2d", "ernie-encoder-metadata"} <= declared
+    # Their outputs are embeddings built by the harness' stand-in towers and merged positionally.
+    assert not declared & {"keep-on-cpu-ultravox-audio-lens", "keep-on-cpu-interns1-num-patches",
+                           "keep-on-cpu-phi4mm-image-sizes"}
