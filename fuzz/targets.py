@@ -25,8 +25,9 @@ from fuzz.errors import HarnessError, UsageError, unknown_name
 from fuzz.versions import DEFAULT_PAIR
 
 CONTRACTS = ("caller", "wide")
-"""Input contracts: ``caller`` draws inputs in the forms today's (0.28.0)
-callers pass; ``wide`` draws every form the legacy function accepted."""
+"""Input contracts: ``caller`` draws inputs in the forms the callers of the
+target's optimized release pass (docs/verdicts.md#contracts says which, per
+target); ``wide`` draws every form the legacy function accepted."""
 
 TARGET_MODULES_ENV = "SYNCFUZZ_TARGET_MODULES"
 SIDES = ("legacy", "optimized", "upstream")
