@@ -19,7 +19,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -27,7 +26,15 @@ from typing import Any, Iterable, Sequence
 from fuzz.errors import UsageError
 from fuzz.provenance._common import PROJECT_ROOT, default_cache
 from fuzz.provenance.matching import referenced_paths
-from fuzz.provenance.sources import Source, TreeSource, WheelSource, cached_wheel, fetch_wheel, open_source
+from fuzz.provenance.sources import (
+    Source,
+    TreeSource,
+    WheelSource,
+    cached_wheel,
+    fetch_wheel,
+    open_source,
+    release_version,
+)
 
 PACK_FORMAT = "syncfuzz-source-pack/1"
 MANIFEST = "MANIFEST.json"
@@ -249,8 +256,3 @@ def _list(search: Sequence[str]) -> int:
         print("no source packs found; make one with: python -m fuzz sources fetch vllm==X --into DIR")
     return 0
 
-
-def release_version(spec: str) -> str | None:
-    """The X of ``vllm==X``; None for anything else (a path)."""
-    match = re.fullmatch(r"\s*vllm\s*==\s*([\w.+!-]+)\s*", spec)
-    return match.group(1) if match else None

@@ -32,10 +32,19 @@ from typing import Iterable, Sequence
 
 from fuzz.merge3 import Conflict, merge3
 from fuzz.provenance._common import PROJECT_ROOT, UPSTREAM_PATH_RE
-from fuzz.provenance.matching import CopyLines, Span, UpstreamFile, normalize, upstream_file, walk_spans
+from fuzz.provenance.matching import (
+    HEADER_RE,
+    CopyLines,
+    Span,
+    UpstreamFile,
+    first_row,
+    header_row,
+    normalize,
+    upstream_file,
+    walk_spans,
+)
 from fuzz.provenance.sources import Source
 
-HEADER_RE = re.compile(r"\s*(async\s+def|def|class)\b")
 MODULE_NAMES = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__"}
 
 
@@ -51,25 +60,9 @@ class ModuleBuild:
     error: str | None = None  # the module as a whole could not be built
 
 
-def _header_row(lines: Sequence[str], span: Span) -> int:
-    for row in range(span.start, span.end + 1):
-        if HEADER_RE.match(lines[row - 1]):
-            return row
-    return span.start
-
-
 def _header_index(lines: Sequence[str]) -> int:
     """Where the ``def``/``class`` line is in a definition's lines (after its decorators)."""
     return next((i for i, line in enumerate(lines) if HEADER_RE.match(line)), 0)
-
-
-def _first_row(facts: CopyLines, start: int) -> int:
-    """A definition's first row with the ADAPTED comment rows right above it
-    (``# @torch.compile(...)  # ADAPTED: run eagerly`` stands for a decorator)."""
-    row = start
-    while row > 1 and row - 1 in facts.comment_only and row - 1 in facts.adapted:
-        row -= 1
-    return row
 
 
 def _find(files: Sequence[UpstreamFile], qualname: str, kind: str,
@@ -345,7 +338,7 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
     new_files = [f for f in (upstream_file(new, p) for p in paths) if f is not None]
     replacements: list[tuple[int, int, list[str], str, str]] = []
     for span in walk_spans(tree.body):
-        if span.qualname in build.failed or _header_row(lines, span) in facts.adapted:
+        if span.qualname in build.failed or header_row(lines, span) in facts.adapted:
             continue  # failed before, or a stand-in: the harness's own, kept
         found = _closest(base_files, span, lines)
         if found is None:
@@ -363,10 +356,10 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
             continue
         old = base_file.lines[base_span.start - 1:base_span.end]
         theirs = new_file.lines[new_span.start - 1:new_span.end]
-        first = _first_row(facts, span.start)
+        first = first_row(facts, span.start)
         ours = lines[first - 1:span.end]
         kept: list[str] = []
-        ours_head = _header_row(lines, span) - first
+        ours_head = header_row(lines, span) - first
         old_head, theirs_head = _header_index(old), _header_index(theirs)
         if _code(ours[:ours_head]) != _code(old[:old_head]):
             # The copy adapts the decorators (`# @torch.compile(...)  # ADAPTED: run eagerly`):

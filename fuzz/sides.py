@@ -26,7 +26,6 @@ import importlib.machinery
 import inspect
 import json
 import linecache
-import re
 import subprocess
 import sys
 import types
@@ -35,12 +34,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fuzz.errors import UsageError
-from fuzz.packs import SHIPPED_PACKS, catalog_paths, release_source, release_version
-from fuzz.provenance._common import SIDE_VERSIONS
-from fuzz.provenance.sources import Source, open_source
+from fuzz.packs import SHIPPED_PACKS, catalog_paths, release_source
+from fuzz.provenance._common import side_version, version_key
+from fuzz.provenance.sources import Source, open_source, release_version
 from fuzz.provenance.verify import upstream_files_by_module
 from fuzz.sidebuild import ModuleBuild, build_module, reach
 from fuzz.targets import FORM_ATTRIBUTE, Target
+from fuzz.versions import DEFAULT_PAIR
 
 COPY = "copy"
 ROLES = ("legacy", "optimized")
@@ -51,10 +51,6 @@ class CannotBuild(Exception):
     """A target whose code cannot be rebuilt from a side's source (the reason is the message)."""
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
-
-
 def check_side(spec: str, flag: str, search: Sequence[str] = ()) -> str:
     """``spec`` as a RunConfig keeps it (a path made absolute), or a UsageError
     naming the problem and the fix -- before any work is done."""
@@ -62,11 +58,7 @@ def check_side(spec: str, flag: str, search: Sequence[str] = ()) -> str:
         return spec
     version = release_version(spec)
     if version is not None:
-        if release_source(version, search) is None:
-            raise UsageError(
-                f"{flag} vllm=={version}: no source pack or cached wheel for that release; fetch one (network "
-                f"needed once): python -m fuzz sources fetch vllm=={version} --into DIR, then pass --sources DIR "
-                f"(packs shipped here: {', '.join(p.name for p in sorted(SHIPPED_PACKS.glob('vllm-*'))) or 'none'})")
+        side_source(f"vllm=={version}", search, flag)
         return f"vllm=={version}"
     path = Path(spec).expanduser()
     if not path.exists():
@@ -92,14 +84,18 @@ class SideSource:
 _SOURCES: dict[tuple[str, tuple[str, ...]], SideSource] = {}
 
 
-def side_source(spec: str, search: Sequence[str] = ()) -> SideSource:
+def side_source(spec: str, search: Sequence[str] = (), flag: str = "side") -> SideSource:
+    """The source a side spec names, opened once per process (``flag`` names it in errors)."""
     key = (spec, tuple(search))
     if key not in _SOURCES:
         version = release_version(spec)
-        source = release_source(version, search) if version else open_source(spec, spec)
+        source = release_source(version, search) if version else open_source(spec, flag)
         if source is None:
-            raise UsageError(f"vllm=={version}: no source pack or cached wheel; "
-                             f"python -m fuzz sources fetch vllm=={version} --into DIR, then --sources DIR")
+            shipped = ", ".join(p.name for p in sorted(SHIPPED_PACKS.glob("vllm-*"))) or "none"
+            raise UsageError(
+                f"{flag} vllm=={version}: no source pack or cached wheel for that release; fetch one (network "
+                f"needed once): python -m fuzz sources fetch vllm=={version} --into DIR, then pass --sources DIR "
+                f"(packs shipped here: {shipped})")
         _SOURCES[key] = SideSource(spec, source, _identity(spec, source))
     return _SOURCES[key]
 
@@ -141,16 +137,8 @@ def identity(spec: str, search: Sequence[str] = ()) -> dict[str, Any]:
 
 def template_for(version: str | None, target: Target) -> str:
     """The copy a source's side is rebuilt from: the nearest by version."""
-    optimized = target_versions(target)[1]
-    return "legacy" if version and _version_key(version) < _version_key(optimized) else "optimized"
-
-
-def target_versions(target: Target) -> tuple[str, str]:
-    """The releases a target's legacy and optimized copies were taken from."""
-    pair = getattr(target, "versions", None)
-    if pair:
-        return tuple(pair)  # type: ignore[return-value]
-    return SIDE_VERSIONS["legacy"], SIDE_VERSIONS["optimized"]
+    optimized = side_version(target.versions, "optimized")
+    return "legacy" if version and version_key(version) < version_key(optimized) else "optimized"
 
 
 # --------------------------------------------------------------------------- built packages
@@ -217,8 +205,7 @@ class _Package:
 
         targets = list(all_targets().values())
         users = [t for t in targets if getattr(t, self.template).partition(":")[0] == f"{self.template}.{name}"]
-        base_version = target_versions(users[0])[ROLES.index(self.template)] if users else \
-            SIDE_VERSIONS[self.template]
+        base_version = side_version(users[0].versions if users else DEFAULT_PAIR, self.template)
         base = _base_source(base_version, self.search)
         if base is None:
             return ModuleBuild(name, error=f"no source for vllm=={base_version}, which {self.template}/{name}.py "

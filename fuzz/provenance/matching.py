@@ -145,6 +145,29 @@ class CopyLines:
         return cls(lines, adapted, comment_only)
 
 
+HEADER_RE = re.compile(r"\s*(async\s+def|def|class)\b")
+
+
+def header_row(lines: Sequence[str], span: Span) -> int:
+    """The ``def``/``class`` row of a definition (after its decorators)."""
+    for row in range(span.start, span.end + 1):
+        if HEADER_RE.match(lines[row - 1]):
+            return row
+    return span.start
+
+
+def first_row(facts: CopyLines, start: int) -> int:
+    """Where a copy's definition starts, with the ADAPTED comment rows right above it.
+
+    ``# @torch.compile(...)  # ADAPTED: run eagerly`` stands where an
+    upstream decorator was: it belongs to the definition below it.
+    """
+    row = start
+    while row > 1 and row - 1 in facts.comment_only and row - 1 in facts.adapted:
+        row -= 1
+    return row
+
+
 # --------------------------------------------------------------------------- matching
 
 
@@ -312,11 +335,7 @@ class _Checker:
         return unit
 
     def _header_row(self, span: Span) -> int:
-        """The ``def``/``class`` row (after decorators)."""
-        for row in range(span.start, span.end + 1):
-            if re.match(r"\s*(async\s+def|def|class)\b", self.facts.lines[row - 1]):
-                return row
-        return span.start
+        return header_row(self.facts.lines, span)
 
     def _closest(self, kind: str, rows: Sequence[int]) -> list[tuple[UpstreamFile, Span]]:
         """Upstream definitions sharing the most lines with ``rows`` (a cheap pre-filter)."""
@@ -377,15 +396,7 @@ class _Checker:
         unit.diff = self._hunks(f, gaps)
 
     def _first_row(self, start: int) -> int:
-        """Where a definition starts, with the ADAPTED comment rows right above it.
-
-        ``# @torch.compile(...)  # ADAPTED: run eagerly`` stands where an
-        upstream decorator was: it belongs to the definition below it.
-        """
-        row = start
-        while row > 1 and row - 1 in self.facts.comment_only and row - 1 in self.facts.adapted:
-            row -= 1
-        return row
+        return first_row(self.facts, start)
 
     def _hunks(self, f: UpstreamFile, gaps: list[tuple[int | None, int | None, list[int], list[int]]]) -> list[str]:
         """Unified-diff-like hunks: ``-`` upstream lines, ``+`` copy lines without a match.

@@ -154,11 +154,17 @@ def _last_error_line(done: subprocess.CompletedProcess) -> str:
     return (errors or lines or [f"exit {done.returncode}"])[-1]
 
 
+def release_version(spec: str) -> str | None:
+    """The X of ``vllm==X`` (spaces allowed); None for anything else (a path)."""
+    match = re.fullmatch(r"\s*vllm\s*==\s*([\w.+!-]+)\s*", spec)
+    return match.group(1) if match else None
+
+
 def _against_version(spec: str) -> str | None:
     """The X of ``--against vllm==X``; None for a path; a UsageError for anything else."""
-    match = re.fullmatch(r"\s*vllm\s*==\s*([\w.+!-]+)\s*", spec)
-    if match:
-        return match.group(1)
+    version = release_version(spec)
+    if version:
+        return version
     if spec == INSTALLED or Path(spec).expanduser().exists():
         return None
     raise UsageError(f"--against {spec!r} is neither vllm==VERSION nor an existing path; "
