@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--limit", type=_positive_int, metavar="N", help="at most N mutants per target")
     selftest.add_argument("--contract", default="caller", choices=CONTRACTS)
     selftest.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    selftest.add_argument("--shared", action="store_true",
+                          help="plant each mutant in both copies: measures the invariants and references alone")
     selftest.add_argument("--min-kill-rate", type=_rate, metavar="R",
                           help="exit 1 if a target's kill rate (equivalents excluded) is below R")
 
@@ -478,19 +480,22 @@ def cmd_selftest(args: argparse.Namespace) -> int:
                         contract=args.contract, isolated=False)
     equivalents = load_equivalents()
     results = []
+    if args.shared:
+        print("each mutant replaces both copies: only the targets' invariants and references can kill it")
     print(f"{'target':34} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9} "
-          f"{'examples to kill (median/max)':>29}")
+          f"{'examples to kill (median/max)':>29}  killed by")
     for target in targets:
-        result = selftest_target(target, options, equivalents, args.limit)
+        result = selftest_target(target, options, equivalents, args.limit, shared=args.shared)
         results.append(result)
+        by = ", ".join(f"{oracle} {n}" for oracle, n in result["killed_by"].items()) or "-"
         print(f"{target.name:34} {result['mutants']:7} {result['killed']:6} {len(result['equivalent']):6} "
-              f"{len(result['survived']):8} {result['kill_rate']:9.1%} {_to_kill(result['examples_to_kill']):>29}",
-              flush=True)
+              f"{len(result['survived']):8} {result['kill_rate']:9.1%} {_to_kill(result['examples_to_kill']):>29}"
+              f"  {by}", flush=True)
         for survivor in result["survived"]:
             print(f"    survived {survivor['mutant']}: {survivor['code']}")
     if json_out:
         write_json(json_out, {"devices": list(options.devices), "max_examples": args.max_examples,
-                              "results": results})
+                              "shared": args.shared, "results": results})
     low = [r for r in results if args.min_kill_rate is not None and r["kill_rate"] < args.min_kill_rate]
     for result in low:
         print(f"KILL RATE BELOW {args.min_kill_rate:g}: {result['target']} {result['kill_rate']:.1%}")

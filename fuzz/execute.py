@@ -16,9 +16,10 @@ from fuzz.compare import Mismatch, Verdict, judge
 from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError
 from fuzz.model import failure_signature
+from fuzz.oracles import check_invariants, check_reference, consumer_of
 from fuzz.outcome import Raised, SideResult
 from fuzz.stress import call_under_stress
-from fuzz.syncs import counting_syncs
+from fuzz.syncs import consumer_reads, counting_syncs
 from fuzz.targets import FORM_ATTRIBUTE, Target
 
 DEFAULT_CONFIG = RunConfig()
@@ -31,6 +32,9 @@ class ExampleResult:
     mismatches: list[Mismatch]
     legacy: SideResult
     optimized: SideResult
+    # Every oracle that flagged this example, the verdict's first ("differential",
+    # "sync", "consumer-sync", "invariant NAME", "reference", "upstream").
+    oracles: tuple[str, ...] = ()
 
     @property
     def device(self) -> str:
@@ -91,6 +95,7 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     # inflate the tally (the one after the call is for late CUDA errors).
     result = SideResult()
     error: Exception | None = None
+    consumer = consumer_of(target)
     # Under --stress the harness itself syncs (the side stream), so the sync
     # oracle is off for that side: stress runs judge values only.
     with counting_syncs(on_cuda and not stress) as tally:
@@ -98,10 +103,18 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
             result.value = call_under_stress(thunk, on_cuda) if stress else thunk()
         except Exception as exc:  # noqa: BLE001 -- exceptions are outputs: recorded and compared
             result.raised, error = Raised.of(exc), exc
+        if consumer is not None and error is None:
+            with consumer_reads():
+                try:
+                    consumer(spec, result.value)
+                except Exception:  # noqa: BLE001 -- a consumer cannot read a broken output; the
+                    pass  # other oracles judge the output itself, this one only counts syncs
     if on_cuda:
         _raise_if_context_lost(side, error)
     if tally is not None:
         result.syncs, result.allowed_syncs, result.hidden_syncs = tally.total, tally.allowed, tally.hidden
+        if consumer is not None:
+            result.consumer_syncs = tally.consumer
     return result
 
 
@@ -115,6 +128,7 @@ def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) 
     optimized = run_side(target, "optimized", spec, stress=config.stress)
     expected = target.syncs_allowed(spec) if spec["device"].startswith("cuda") else None
     verdict, mismatches = judge(legacy, optimized, target.comparison, expected, config.contract)
+    verdict, mismatches, oracles = _beyond_agreement(target, spec, legacy, optimized, verdict, mismatches)
     if config.upstream and target.upstream_impl and not verdict.failed:
         real = run_side(target, "upstream", spec)
         third, differences = judge(optimized, real, target.comparison, None, config.contract)
@@ -122,4 +136,50 @@ def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) 
             verdict = Verdict.UPSTREAM_DIVERGENCE
             mismatches = [Mismatch(m.path, m.what, "optimized copy vs real vllm: " + m.detail.replace(
                 "legacy", "copy").replace("optimized", "vllm")) for m in differences]
-    return ExampleResult(spec, verdict, mismatches, legacy, optimized)
+            oracles = ("upstream", *oracles)
+    return ExampleResult(spec, verdict, mismatches, legacy, optimized, oracles)
+
+
+_ORACLE_OF = {Verdict.DIVERGENCE: "differential", Verdict.ERROR_MISMATCH: "differential",
+              Verdict.SYNC_REGRESSION: "sync"}
+
+
+def _beyond_agreement(target: Target, spec: dict, legacy: SideResult, optimized: SideResult, verdict: Verdict,
+                      mismatches: list[Mismatch]) -> tuple[Verdict, list[Mismatch], tuple[str, ...]]:
+    """The target's own oracles (fuzz/oracles/): invariants on every side that
+    returned, then the reference and the consumer's syncs when the sides agree.
+
+    The verdict is the first that applies: a divergence (the sides differ, so
+    what they share is moot), an invariant violation, a reference divergence,
+    a sync regression (the function's, then the consumer's). Every oracle that
+    flagged the example is named in ``oracles``, the verdict's first: a
+    mutant both the differential and an invariant catch shows both."""
+    flagged = [_ORACLE_OF[verdict]] if verdict.failed else []
+    violated = check_invariants(target, spec, legacy, optimized)
+    flagged += [m.path for m in violated]
+    agreeing = verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION)
+    if agreeing and violated:
+        verdict, mismatches = Verdict.INVARIANT_VIOLATION, violated
+    if agreeing and legacy.ok and optimized.ok:
+        differs = check_reference(target, spec, legacy, optimized)
+        if differs:
+            flagged.append("reference")
+            if verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION):
+                verdict, mismatches = Verdict.REFERENCE_DIVERGENCE, differs
+        consumer = _consumer_regression(legacy, optimized)
+        if consumer:
+            flagged.append("consumer-sync")
+            if verdict is Verdict.AGREE:
+                verdict, mismatches = Verdict.SYNC_REGRESSION, consumer
+    return verdict, mismatches, tuple(dict.fromkeys(flagged))
+
+
+def _consumer_regression(legacy: SideResult, optimized: SideResult) -> list[Mismatch]:
+    """More consumer syncs on the optimized side than on legacy: its output costs
+    the real consumer syncs the legacy output did not."""
+    if legacy.consumer_syncs is None or optimized.consumer_syncs is None \
+            or optimized.consumer_syncs <= legacy.consumer_syncs:
+        return []
+    return [Mismatch("consumer", "syncs", (
+        f"the consumer's reads of the optimized output made {optimized.consumer_syncs} GPU<->CPU syncs, "
+        f"of the legacy output {legacy.consumer_syncs}"))]

@@ -10,7 +10,7 @@ import json
 from xml.etree import ElementTree as ET
 
 from fuzz.model import Failure, Report
-from fuzz.report import rows, sync_column
+from fuzz.report import consumer_column, rows, sync_column
 from fuzz.verdicts import CANNOT_BUILD, FUZZER_ERROR, UNTESTED
 
 _UNTESTED_WHY = "no example ran within its share of the budget"
@@ -33,11 +33,11 @@ def markdown(report: Report) -> str:
     versions = report.versions
     lines += [f"torch {versions.get('torch')} · {versions.get('gpu') or 'no GPU'} · legacy {versions.get('legacy')} · "
               f"optimized {versions.get('optimized')}", ""]
-    lines += ["| target | device | examples | verdict | syncs legacy→optimized | new failures | known |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["| target | device | examples | verdict | syncs legacy→optimized | consumer syncs "
+              "| new failures | known |", "|---|---|---|---|---|---|---|---|"]
     for entry, device in rows(report.targets):
         if device is None:
-            lines.append(f"| {entry.name} | - | 0 | skipped: {entry.skipped} | - | - | - |")
+            lines.append(f"| {entry.name} | - | 0 | skipped: {entry.skipped} | - | - | - | - |")
             continue
         failures = [f for f in entry.failures if f.device == device]
         new = [f for f in failures if not f.known]
@@ -48,7 +48,8 @@ def markdown(report: Report) -> str:
             verdict = f"cannot-build: {entry.cannot_build}"
         tally = entry.by_device.get(device)
         lines.append(f"| {entry.name} | {device} | {tally.examples if tally else 0} | {verdict} | "
-                     f"{sync_column(entry, device).replace('->', '→')} | {len(new)} | {len(failures) - len(new)} |")
+                     f"{sync_column(entry, device).replace('->', '→')} | "
+                     f"{consumer_column(entry, device).replace('->', '→')} | {len(new)} | {len(failures) - len(new)} |")
     details = [(e, f) for e in report.targets for f in e.failures]
     if details:
         lines += ["", "## Failures", ""]

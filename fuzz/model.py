@@ -20,6 +20,7 @@ No torch here: merging reports must not need a GPU stack.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,6 +42,7 @@ REPORT_FORMAT = "syncfuzz-report/2"
 READABLE_FORMATS = (REPORT_FORMAT,)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+_INDEX = re.compile(r"\[\d+\]")
 SIDES = ("legacy", "optimized")
 
 
@@ -82,12 +84,15 @@ def failure_signature(verdict: str, mismatches: Iterable[Mapping[str, str]],
     """What makes two failures the same bug: the verdict, the first leaf where
     the outputs differ and the exception types -- not the values or messages,
     nor every other leaf one root cause also changed. A dead worker has no
-    leaf: its death ("killed by SIGABRT", "ran past the watchdog") stands in."""
+    leaf: its death ("killed by SIGABRT", "ran past the watchdog") stands in.
+    Sequence indices are not part of the leaf (``[2]['cu_seqlens']`` is
+    ``[]['cu_seqlens']``): the same slip seen at the third or the fifth element
+    of a list is one bug, not two (F12 counted one as 18)."""
     mismatches = list(mismatches)
     if verdict in CRASH_VERDICTS:
         where = [[m["what"], m["detail"].split(";")[0]] for m in mismatches]
     else:
-        where = [[m["path"], m["what"]] for m in mismatches[:1]]
+        where = [[_INDEX.sub("[]", m["path"]), m["what"]] for m in mismatches[:1]]
     return json.dumps([verdict, where, [exceptions.get("legacy"), exceptions.get("optimized")]])
 
 
@@ -104,6 +109,7 @@ class Failure:
     known: str | None = None  # the accepted reason (known-issues file), if any
     confirmed: str | None = None  # "k/n": reproduced k of n fresh replays
     flaky: bool = False  # did not reproduce every time
+    oracles: tuple[str, ...] = ()  # every oracle that flagged the input, the verdict's first (fuzz/oracles/)
 
     @property
     def signature(self) -> str:
@@ -112,7 +118,8 @@ class Failure:
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "verdict": self.verdict, "input": dict(self.input),
                 "mismatches": [dict(m) for m in self.mismatches], "exceptions": dict(self.exceptions),
-                "repro": self.repro, "known": self.known, "confirmed": self.confirmed, "flaky": self.flaky}
+                "repro": self.repro, "known": self.known, "confirmed": self.confirmed, "flaky": self.flaky,
+                "oracles": list(self.oracles)}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> Failure:
@@ -130,7 +137,8 @@ class Failure:
                    repro=_field(data, "repro", str, where, optional=True),
                    known=_field(data, "known", str, where, optional=True),
                    confirmed=_field(data, "confirmed", str, where, optional=True),
-                   flaky=bool(_field(data, "flaky", bool, where, optional=True)))
+                   flaky=bool(_field(data, "flaky", bool, where, optional=True)),
+                   oracles=tuple(_field(data, "oracles", list, where, optional=True) or ()))
 
 
 def _add_histograms(a: Mapping[str, Mapping[str, int]], b: Mapping[str, Mapping[str, int]]) -> dict:
@@ -166,6 +174,8 @@ class DeviceTally:
     syncs_per_call: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: {s: {} for s in SIDES})
     # The part of those syncs torch's detector cannot see (docs/verdicts.md#syncs).
     hidden_syncs_per_call: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: {s: {} for s in SIDES})
+    # What the target's consumer stand-in's reads of each output cost (fuzz/oracles/); empty without one.
+    consumer_syncs_per_call: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: {s: {} for s in SIDES})
 
     def __add__(self, other: DeviceTally) -> DeviceTally:
         verdicts = dict(self.verdicts)
@@ -173,12 +183,14 @@ class DeviceTally:
             verdicts[verdict] = verdicts.get(verdict, 0) + count
         return DeviceTally(self.examples + other.examples, verdicts, self.both_raised + other.both_raised,
                            _add_histograms(self.syncs_per_call, other.syncs_per_call),
-                           _add_histograms(self.hidden_syncs_per_call, other.hidden_syncs_per_call))
+                           _add_histograms(self.hidden_syncs_per_call, other.hidden_syncs_per_call),
+                           _add_histograms(self.consumer_syncs_per_call, other.consumer_syncs_per_call))
 
     def to_json(self) -> dict[str, Any]:
         return {"examples": self.examples, "verdicts": dict(self.verdicts), "both_raised": self.both_raised,
                 "syncs_per_call": {s: dict(h) for s, h in self.syncs_per_call.items()},
-                "hidden_syncs_per_call": {s: dict(h) for s, h in self.hidden_syncs_per_call.items()}}
+                "hidden_syncs_per_call": {s: dict(h) for s, h in self.hidden_syncs_per_call.items()},
+                "consumer_syncs_per_call": {s: dict(h) for s, h in self.consumer_syncs_per_call.items()}}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> DeviceTally:
@@ -188,7 +200,8 @@ class DeviceTally:
         return cls(examples=_field(data, "examples", int, where), verdicts=dict(verdicts),
                    both_raised=_field(data, "both_raised", int, where),
                    syncs_per_call=_histograms(data, "syncs_per_call", where),
-                   hidden_syncs_per_call=_histograms(data, "hidden_syncs_per_call", where))
+                   hidden_syncs_per_call=_histograms(data, "hidden_syncs_per_call", where),
+                   consumer_syncs_per_call=_histograms(data, "consumer_syncs_per_call", where))
 
 
 @dataclass(frozen=True)

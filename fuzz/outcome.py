@@ -33,6 +33,7 @@ class SideResult:
     syncs: int | None = None
     allowed_syncs: int | None = None
     hidden_syncs: int | None = None
+    consumer_syncs: int | None = None  # the consumer stand-in's reads of the output (fuzz/oracles/)
 
     @property
     def ok(self) -> bool:

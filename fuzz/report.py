@@ -22,11 +22,18 @@ def _sync_range(histogram: Mapping[str, int]) -> str:
     return str(counts[0]) if len(counts) == 1 else f"{counts[0]}..{counts[-1]}"
 
 
-def sync_column(entry: TargetEntry, device: str) -> str:
+def sync_column(entry: TargetEntry, device: str, kind: str = "syncs_per_call") -> str:
+    """Syncs per call, legacy -> optimized: the function's own (``syncs_per_call``)
+    or those its consumer's reads of the output made (``consumer_syncs_per_call``)."""
     tally = entry.by_device.get(device)
-    if tally is None or not any(tally.syncs_per_call.get(side) for side in ("legacy", "optimized")):
+    histograms = getattr(tally, kind, None) if tally is not None else None
+    if not histograms or not any(histograms.get(side) for side in ("legacy", "optimized")):
         return "-"
-    return f"{_sync_range(tally.syncs_per_call['legacy'])} -> {_sync_range(tally.syncs_per_call['optimized'])}"
+    return f"{_sync_range(histograms.get('legacy', {}))} -> {_sync_range(histograms.get('optimized', {}))}"
+
+
+def consumer_column(entry: TargetEntry, device: str) -> str:
+    return sync_column(entry, device, "consumer_syncs_per_call")
 
 
 def rows(entries: Iterable[TargetEntry]) -> list[tuple[TargetEntry, str | None]]:
@@ -41,17 +48,18 @@ def rows(entries: Iterable[TargetEntry]) -> list[tuple[TargetEntry, str | None]]
 
 
 def summary_table(entries: Iterable[TargetEntry]) -> str:
-    header = ("target", "device", "examples", "agree", "both-raised", "verdict", "syncs legacy->optimized")
+    header = ("target", "device", "examples", "agree", "both-raised", "verdict", "syncs legacy->optimized",
+              "consumer syncs")
     table = [header]
     for entry, device in rows(entries):
         if device is None:
-            table.append((entry.name, "-", "0", "-", "-", SKIPPED, entry.skipped or ""))
+            table.append((entry.name, "-", "0", "-", "-", SKIPPED, entry.skipped or "", ""))
             continue
         tally = entry.by_device.get(device)
         examples = tally.examples if tally else 0
         agree = tally.verdicts.get("agree", 0) if tally else 0
         table.append((entry.name, device, str(examples), str(agree), str(tally.both_raised if tally else 0),
-                      entry.label_on(device), sync_column(entry, device)))
+                      entry.label_on(device), sync_column(entry, device), consumer_column(entry, device)))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -81,6 +89,8 @@ def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:
             lines.append(f"  {label}: {json.dumps(dict(failure.input))}")
             for mismatch in failure.mismatches:
                 lines.append(f"  at {mismatch['path']} ({mismatch['what']}): {mismatch['detail']}")
+            if len(failure.oracles) > 1:
+                lines.append(f"  flagged by: {', '.join(failure.oracles)}")
             if failure.repro:
                 lines.append(f"  saved: {failure.repro}  (replay: python -m fuzz replay {failure.repro})")
     return lines

@@ -56,6 +56,8 @@ class VerdictFound(Exception):
 class DivergenceFound(VerdictFound): ...
 class ErrorMismatchFound(VerdictFound): ...
 class SyncRegressionFound(VerdictFound): ...
+class InvariantViolationFound(VerdictFound): ...
+class ReferenceDivergenceFound(VerdictFound): ...
 
 
 _RAISE_FOR = {
@@ -63,6 +65,8 @@ _RAISE_FOR = {
     Verdict.ERROR_MISMATCH: ErrorMismatchFound,
     Verdict.SYNC_REGRESSION: SyncRegressionFound,
     Verdict.UPSTREAM_DIVERGENCE: DivergenceFound,
+    Verdict.INVARIANT_VIOLATION: InvariantViolationFound,
+    Verdict.REFERENCE_DIVERGENCE: ReferenceDivergenceFound,
 }
 _BY_SIGNATURE: dict[str, type[VerdictFound]] = {}
 
@@ -99,6 +103,8 @@ class TallyCounter:
     optimized_syncs: Counter = field(default_factory=Counter)
     legacy_hidden: Counter = field(default_factory=Counter)  # of which: pageable non-blocking H2D
     optimized_hidden: Counter = field(default_factory=Counter)
+    legacy_consumer: Counter = field(default_factory=Counter)  # the consumer stand-in's reads (fuzz/oracles/)
+    optimized_consumer: Counter = field(default_factory=Counter)
 
     def add(self, result: ExampleResult) -> None:
         self.examples += 1
@@ -109,9 +115,13 @@ class TallyCounter:
         if result.legacy.syncs is not None and result.legacy.ok:
             self.legacy_syncs[result.legacy.syncs] += 1
             self.legacy_hidden[result.legacy.hidden_syncs or 0] += 1
+            if result.legacy.consumer_syncs is not None:
+                self.legacy_consumer[result.legacy.consumer_syncs] += 1
         if result.optimized.syncs is not None and result.optimized.ok:
             self.optimized_syncs[result.optimized.syncs] += 1
             self.optimized_hidden[result.optimized.hidden_syncs or 0] += 1
+            if result.optimized.consumer_syncs is not None:
+                self.optimized_consumer[result.optimized.consumer_syncs] += 1
 
     def frozen(self) -> DeviceTally:
         def histogram(counter: Counter) -> dict[str, int]:
@@ -121,7 +131,9 @@ class TallyCounter:
             examples=self.examples, verdicts=dict(self.verdicts), both_raised=self.both_raised,
             syncs_per_call={"legacy": histogram(self.legacy_syncs), "optimized": histogram(self.optimized_syncs)},
             hidden_syncs_per_call={"legacy": histogram(self.legacy_hidden),
-                                   "optimized": histogram(self.optimized_hidden)})
+                                   "optimized": histogram(self.optimized_hidden)},
+            consumer_syncs_per_call={"legacy": histogram(self.legacy_consumer),
+                                     "optimized": histogram(self.optimized_consumer)})
 
 
 def failure_of(result: ExampleResult, repro: Path | str | None = None) -> Failure:
@@ -131,7 +143,7 @@ def failure_of(result: ExampleResult, repro: Path | str | None = None) -> Failur
         mismatches=tuple(m.as_json() for m in result.mismatches),
         exceptions={"legacy": result.legacy.raised.type_name if result.legacy.raised else None,
                     "optimized": result.optimized.raised.type_name if result.optimized.raised else None},
-        repro=str(repro) if repro else None)
+        repro=str(repro) if repro else None, oracles=result.oracles)
 
 
 @dataclass

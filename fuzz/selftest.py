@@ -7,6 +7,13 @@ reports any failing verdict. The kill rate per target is the fuzzer's measured
 power; each survivor is either a blind spot (fix the strategies) or shown
 equivalent to the original and listed, with the reason, in
 docs/selftest-equivalent.json.
+
+Each kill names the oracles that flagged the first failing example
+(``killed_by``: the differential check, the sync oracle, an invariant, the
+reference; fuzz/oracles/). With ``shared=True`` (``selftest --shared``) the
+mutant replaces *both* copies -- the same bug on both sides, which the
+differential check cannot see by construction -- so the kill rate measures
+what the target's invariants and reference alone catch.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import Callable, Iterator
 from fuzz.config import RunConfig
 from fuzz.errors import HarnessError
 from fuzz.runner import fuzz_target
-from fuzz.targets import Target
+from fuzz.targets import FORM_ATTRIBUTE, Target
 
 EQUIVALENT_FILE = Path(__file__).resolve().parents[1] / "docs" / "selftest-equivalent.json"
 _SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.FloorDiv: ast.Mult, ast.Div: ast.Mult,
@@ -175,26 +182,40 @@ def _with_alarm(seconds: int, run: Callable[[], bool]) -> bool:
 KILLED_UNCOUNTED = 0  # killed by a timeout or a harness break: no example count to report
 
 
-def run_mutant(target: Target, mutant: Mutant, source: str, number: int, options: RunConfig) -> int | None:
-    """How many examples the fuzzer ran until it first reported the mutant
-    (``KILLED_UNCOUNTED`` when it died some other way), or None if it survived."""
+@dataclass(frozen=True)
+class Kill:
+    examples: int  # run until the first report (KILLED_UNCOUNTED: a timeout or a harness break)
+    oracles: tuple[str, ...]  # what flagged that example, the verdict's first ("timeout", "harness")
+
+
+def run_mutant(target: Target, mutant: Mutant, source: str, number: int, options: RunConfig,
+               shared: bool = False) -> Kill | None:
+    """How the fuzzer first reported the mutant, or None if it survived.
+    ``shared``: the mutant is both sides (inputs in the optimized form)."""
     name = f"fuzz._selftest_mutant_{target.name.replace('-', '_')}_{number}"
-    _register(name, source)
+    module = _register(name, source)
     _, _, qualname = target.optimized.partition(":")
-    mutant_target = dataclasses.replace(target, name=f"{target.name}~{number}", optimized=f"{name}:{qualname}")
-    found: list[int | None] = [None]
+    sides = {"optimized": f"{name}:{qualname}"}
+    if shared:
+        setattr(module, FORM_ATTRIBUTE, "optimized")
+        sides["legacy"] = sides["optimized"]
+    mutant_target = dataclasses.replace(target, name=f"{target.name}~{number}", **sides)
+    found: list[Kill | None] = [None]
 
     def fuzz_it() -> bool:
         outcome = fuzz_target(mutant_target, options, None)
-        if outcome.failures:
-            found[0] = outcome.first_failure_at or KILLED_UNCOUNTED
-        return bool(outcome.failures)
+        if outcome.harness_error:
+            found[0] = Kill(KILLED_UNCOUNTED, ("harness",))
+        elif outcome.failures:
+            first = outcome.failures[0]
+            found[0] = Kill(outcome.first_failure_at or KILLED_UNCOUNTED, first.oracles or (first.verdict.value,))
+        return found[0] is not None
 
     try:
         if _with_alarm(60, fuzz_it) and found[0] is None:
-            found[0] = KILLED_UNCOUNTED  # the alarm rang: a hang counts as killed
+            found[0] = Kill(KILLED_UNCOUNTED, ("timeout",))  # the alarm rang: a hang counts as killed
     except Exception:  # noqa: BLE001 -- a mutant that breaks the harness is detected, not survived
-        found[0] = KILLED_UNCOUNTED
+        found[0] = Kill(KILLED_UNCOUNTED, ("harness",))
     finally:
         sys.modules.pop(name, None)
     return found[0]
@@ -219,17 +240,21 @@ def _is_equivalent(target: Target, mutant: Mutant, equivalents: list[dict], devi
 
 
 def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
-                    limit: int | None = None) -> dict:
+                    limit: int | None = None, shared: bool = False) -> dict:
     killed, survived, equivalent, to_kill = [], [], [], []
+    killed_by: dict[str, int] = {}
+    kills = []
     for number, (mutant, source) in enumerate(mutants_of(target)):
         if limit is not None and number >= limit:
             break
         reason = _is_equivalent(target, mutant, equivalents, options.devices, options.contract)
-        examples = run_mutant(target, mutant, source, number, options)
-        if examples is not None:
+        kill = run_mutant(target, mutant, source, number, options, shared)
+        if kill is not None:
             killed.append(mutant)
-            if examples != KILLED_UNCOUNTED:
-                to_kill.append(examples)
+            killed_by[kill.oracles[0]] = killed_by.get(kill.oracles[0], 0) + 1
+            kills.append({"mutant": mutant.key, "oracles": list(kill.oracles)})
+            if kill.examples != KILLED_UNCOUNTED:
+                to_kill.append(kill.examples)
         elif reason:
             equivalent.append((mutant, reason))
         else:
@@ -237,6 +262,7 @@ def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
     scored = len(killed) + len(survived)
     return {
         "target": target.name,
+        "shared": shared,
         "mutants": scored + len(equivalent),
         "killed": len(killed),
         "equivalent": [{"mutant": m.key, "code": m.code, "reason": r} for m, r in equivalent],
@@ -245,4 +271,7 @@ def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
         # Examples run until each killed mutant was first reported (the #8 target:
         # every one within 200, median at most 20).
         "examples_to_kill": {"median": statistics.median(to_kill), "max": max(to_kill)} if to_kill else None,
+        # Which oracle's verdict killed each mutant (the first that flagged it), and every one that did.
+        "killed_by": dict(sorted(killed_by.items(), key=lambda kv: -kv[1])),
+        "kills": kills,
     }

@@ -25,6 +25,11 @@ Two detectors, armed only around the call and only on CUDA:
   aten op) 1.7-2.8x -- on the cheapest targets that was most of the fuzzer's
   overhead over a bare ``@given`` test.
 
+Syncs made while ``consumer_reads()`` is active -- the host reads a target's
+consumer stand-in makes of the output (fuzz/oracles/) -- are counted apart,
+as ``consumer``: they are the cost of the output for its real consumer, not
+of the function, and never part of ``total`` or the function's budget.
+
 On CPU there is nothing to count and CPU-only torch raises on the debug-mode
 call, so nothing is armed there (the run says so once).
 """
@@ -36,6 +41,7 @@ import os
 import sys
 import warnings
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -48,6 +54,17 @@ _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 # the GPU (see the module docstring); SYNCFUZZ_PAGEABLE_STAGED_BYTES overrides
 # it for another driver (0 counts every pageable copy).
 PAGEABLE_STAGED_BYTES = int(os.environ.get("SYNCFUZZ_PAGEABLE_STAGED_BYTES", 2 * 1024 * 1024))
+_in_consumer: ContextVar[bool] = ContextVar("syncfuzz_in_consumer", default=False)
+
+
+@contextmanager
+def consumer_reads() -> Iterator[None]:
+    """Syncs made inside are the consumer's (``SyncTally.consumer``), not the call's."""
+    token = _in_consumer.set(True)
+    try:
+        yield
+    finally:
+        _in_consumer.reset(token)
 
 
 @dataclass
@@ -56,6 +73,7 @@ class SyncTally:
     allowed: int = 0  # inside gpu_sync_allowed()
     hidden: int = 0  # non-blocking H2D copies from pageable memory
     hidden_sites: list[str] = field(default_factory=list)  # "file:line" of each, for people reading a report
+    consumer: int = 0  # made by the consumer stand-in's reads of the output, not by the call (not in total)
 
 
 def _pageable_host(tensor: Any) -> bool:
@@ -118,6 +136,9 @@ class _PageableAsyncCopies:
         return counted
 
     def _count(self) -> None:
+        if _in_consumer.get():
+            self.tally.consumer += 1
+            return
         self.tally.total += 1
         self.tally.hidden += 1
         self.tally.hidden_sites.append(_caller_site())
@@ -146,6 +167,9 @@ def counting_syncs(enabled: bool) -> Iterator[SyncTally | None]:
 
     def hook(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
         if _TORCH_SYNC_WARNING in str(message):
+            if _in_consumer.get():
+                tally.consumer += 1
+                return
             tally.total += 1
             if sync_allowed_depth.get():
                 tally.allowed += 1

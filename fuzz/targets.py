@@ -112,6 +112,16 @@ class Target:
     # The vllm releases the copies were taken from, (legacy, optimized): what provenance checks
     # them against, drift measures from, and reports and repro files label the target with.
     versions: tuple[str, str] = DEFAULT_PAIR
+    # Oracles beyond the differential check (fuzz/oracles/, docs/verdicts.md#oracles):
+    # "module:function" invariants (spec, output) -> None | what is violated; or, when
+    # none applies, why not.
+    invariants: tuple[str, ...] = ()
+    no_invariants: str | None = None
+    # "module:NAME" of a fuzz.oracles.Reference: an independent implementation of the meaning.
+    reference: str | None = None
+    # "module:function" (spec, output) -> None: the host reads the real consumer of the
+    # output makes, counted as consumer syncs.
+    consumer: str | None = None
 
     def __post_init__(self) -> None:
         pair = tuple(self.versions)
@@ -119,6 +129,10 @@ class Target:
             raise HarnessError(f"target {self.name}: versions={self.versions!r} must be (legacy, optimized) "
                                f"vllm versions, e.g. ('0.29.0', '0.30.0')")
         object.__setattr__(self, "versions", pair)
+        object.__setattr__(self, "invariants", tuple(self.invariants))
+        if self.invariants and self.no_invariants:
+            raise HarnessError(f"target {self.name}: declares invariants and says why none applies "
+                               "(no_invariants); keep one")
 
     def syncs_allowed(self, spec: dict) -> int:
         if self.sync_budget is None:
@@ -157,6 +171,10 @@ class Target:
             "sync_budget": self.sync_budget,
             "upstream_impl": self.upstream_impl,
             "versions": {"legacy": self.versions[0], "optimized": self.versions[1]},
+            "invariants": list(self.invariants),
+            "no_invariants": self.no_invariants,
+            "reference": self.reference,
+            "consumer": self.consumer,
             "files": self.files(),
         }
 

@@ -27,7 +27,7 @@ from fuzz.targets import CONTRACTS
 from fuzz.verdicts import EXAMPLE_VERDICTS
 
 KNOWN_FORMAT = "syncfuzz-known-issues/1"
-_MATCH_KEYS = {"target", "verdict", "contract", "exceptions", "mismatch", "reason"}
+_MATCH_KEYS = {"target", "verdict", "contract", "exceptions", "mismatch", "oracle", "reason"}
 
 
 def load_known_issues(path: Path, targets: Iterable[str] | None = None) -> list[dict]:
@@ -73,6 +73,9 @@ def _matches(issue: dict, target: str, contract: str, failure: Failure) -> bool:
     if "exceptions" in issue and issue["exceptions"] != dict(failure.exceptions):
         return False
     if "mismatch" in issue and issue["mismatch"] not in {m["what"] for m in failure.mismatches}:
+        return False
+    # One oracle's finding ("invariant NAME", "reference"), not every failure of the verdict.
+    if "oracle" in issue and issue["oracle"] not in failure.oracles:
         return False
     return True
 

@@ -20,6 +20,8 @@ class Verdict(str, Enum):
     CRASH = "crash"
     HANG = "hang"
     UPSTREAM_DIVERGENCE = "upstream-divergence"
+    INVARIANT_VIOLATION = "invariant-violation"
+    REFERENCE_DIVERGENCE = "reference-divergence"
 
     @property
     def severity(self) -> int:
@@ -36,6 +38,8 @@ SEVERITY = {
     "upstream-divergence": 2,
     "error-mismatch": 2,
     "divergence": 3,
+    "invariant-violation": 3,
+    "reference-divergence": 3,
     "hang": 4,
     "crash": 4,
 }

@@ -15,15 +15,20 @@ from strategies.common import INT_DTYPES, devices, int_dtypes
 
 
 def cu_seqlens(
-    *, max_sequences: int = 8, max_length: int = 300, monotone: bool = True
+    *, max_sequences: int = 8, max_length: int = 300, monotone: bool = True, empty_only_at_end: bool = False
 ) -> st.SearchStrategy[list[int]]:
     """Cumulative sequence lengths starting at 0: empty sequences, a single
     sequence and no sequence at all (``[0]``) included. With
-    ``monotone=False`` (the wide contract) lengths may be negative."""
+    ``monotone=False`` (the wide contract) lengths may be negative. With
+    ``empty_only_at_end`` empty sequences come after every non-empty one, as
+    vLLM's batches have them: each scheduled request has a token, and the
+    empty requests a CUDA graph pads the batch with are appended at the end."""
     if max_sequences < 0 or max_length < 0:
         raise HarnessError("cu_seqlens: max_sequences and max_length must be >= 0")
     low = 0 if monotone else -max_length
     lengths = st.lists(st.integers(low, max_length), min_size=0, max_size=max_sequences)
+    if empty_only_at_end:
+        lengths = lengths.map(lambda lens: [n for n in lens if n] + [n for n in lens if not n])
 
     def running_sum(lens: list[int]) -> list[int]:
         out = [0]
@@ -46,14 +51,18 @@ class ChunkIndexInputs:
     ``prepare_chunk_offsets(cu_seqlens, chunk_size)``.
 
     Callers build ``cu_seqlens`` as an int32 device tensor; int64 is accepted
-    too. The wide contract adds non-monotone ``cu_seqlens``.
+    too, and empty sequences only as trailing padding. The wide contract adds
+    empty sequences anywhere (F16: both releases' chunk indices name the wrong
+    sequence after one) and non-monotone ``cu_seqlens``.
     """
 
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return st.fixed_dictionaries(
             {
                 "device": devices(available),
-                "cu_seqlens": cu_seqlens(monotone=contract == "caller"),
+                "cu_seqlens": cu_seqlens(empty_only_at_end=True) if contract == "caller" else st.one_of(
+                    # Half the wide draws are running sums (empty sequences anywhere: F16), half are not.
+                    cu_seqlens(), cu_seqlens(monotone=False)),
                 "dtype": int_dtypes(),
                 "chunk_size": chunk_sizes(),
             }

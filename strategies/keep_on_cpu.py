@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
+from fuzz.syncs import consumer_reads
 from fuzz.targets import SIDES as ENGINE_SIDES
 from fuzz.targets import Impl
 from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, float_dtypes, int_dtypes, seeded_floats
@@ -165,9 +166,13 @@ class VarlenWhisperLayer(nn.Module):
     as varlen flash attention would. Varlen kernels also require the segments
     to end exactly at the token count (``cu_seqlens[-1] == B*S``) and read out of
     bounds otherwise; the stand-in turns that case into NaNs so it shows up as a
-    divergence. Reads ``cu_seqlens`` on its device only (no sync).
-    ``self_attn.attn.attn_backend`` is what ``_build_chunk_attn_metadata`` reads
-    off the first layer."""
+    divergence. ``self_attn.attn.attn_backend`` is what ``_build_chunk_attn_metadata``
+    reads off the first layer.
+
+    It also makes the host read the real attention makes of that metadata
+    (fuzz/oracles/keep_on_cpu.py ``ultravox_attention_reads`` cites the upstream
+    lines), inside ``consumer_reads()``: counted as the consumer's syncs, not the
+    function's (docs/verdicts.md#consumer-syncs)."""
 
     def __init__(self, attn_backend: Any) -> None:
         super().__init__()
@@ -175,6 +180,11 @@ class VarlenWhisperLayer(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
                 max_seqlen: torch.Tensor | None = None, sequence_lengths: torch.Tensor | None = None) -> torch.Tensor:
+        with consumer_reads():
+            if self.self_attn.attn.attn_backend.name == "TORCH_SDPA":
+                (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # vit_attn_wrappers.torch_sdpa_wrapper
+            elif max_seqlen is not None:
+                max_seqlen.item()  # vit_attn_wrappers.flash_attn_maxseqlen_wrapper
         tokens = torch.arange(hidden_states.shape[0], device=cu_seqlens.device, dtype=cu_seqlens.dtype)
         segment = torch.searchsorted(cu_seqlens, tokens, right=True)
         same = segment[:, None] == segment[None, :]

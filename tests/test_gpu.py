@@ -8,7 +8,8 @@ import tests.planted as planted
 from fuzz.catalog import TARGETS
 from fuzz.compare import Verdict
 from tests.conftest import requires_cuda
-from tests.support import fuzz
+from fuzz.triage import load_known_issues, mark_known
+from tests.support import ROOT, fuzz
 
 pytestmark = requires_cuda
 BY_NAME = {t.name: t for t in TARGETS}
@@ -62,8 +63,28 @@ def test_planted_bug_is_reported_on_cuda(name, isolation):
 
 @pytest.mark.parametrize("name", sorted(t.name for t in TARGETS))
 def test_every_target_agrees_on_cuda_under_the_caller_contract(name):
+    """No failure but those known-issues.json accepts, with a reason (docs/findings/)."""
     outcome = fuzz(BY_NAME[name], devices=("cuda",), max_examples=100)
-    assert not outcome.failures, [(f.verdict, f.spec, f.mismatches) for f in outcome.failures]
+    (entry,) = mark_known([outcome.entry()], load_known_issues(ROOT / "known-issues.json"), "caller")
+    new = [(f.verdict, f.input, f.mismatches) for f in entry.failures if not f.known]
+    assert outcome.examples >= 100 and not new, new
+
+
+@requires_cuda
+def test_ultravox_on_sdpa_costs_its_consumer_a_sync_per_layer_call():
+    """F17, measured: 0.28.0 hands the whisper layers a device cu_seqlens, which
+    torch_sdpa_wrapper reads with .tolist(); 0.27.1's dense mask cost nothing."""
+    from fuzz.execute import run_example
+
+    spec = {"device": "cuda", "dtype": "float32", "seed": 0, "field_dtype": "int64",
+            "field_on": {"legacy": "device", "optimized": "cpu"}, "num_mel_bins": 1, "d_model": 4,
+            "max_source_positions": 2, "frames": 1, "audio_lens": [1], "layers": 2, "attn_backend": "TORCH_SDPA",
+            "pad_audio_to_max_context": False}
+    sdpa = run_example(BY_NAME["keep-on-cpu-ultravox-audio-lens"], spec)
+    assert (sdpa.legacy.consumer_syncs, sdpa.optimized.consumer_syncs) == (0, 2)
+    assert sdpa.verdict is Verdict.SYNC_REGRESSION and sdpa.mismatches[0].path == "consumer"
+    flash = run_example(BY_NAME["keep-on-cpu-ultravox-audio-lens"], {**spec, "attn_backend": "FLASH_ATTN"})
+    assert (flash.legacy.consumer_syncs, flash.optimized.consumer_syncs) == (0, 0)  # max_seqlen is a host tensor
 
 
 def test_small_pageable_staging_is_not_a_sync_for_chunk_indices():

@@ -81,3 +81,23 @@ def test_every_listed_equivalent_names_a_real_mutant():
         assert (entry["operator"], entry["code"], entry["description"]) in by_target[entry["target"]], entry
         assert entry["reason"].strip()
         assert set(entry.get("contracts", ["caller", "wide"])) <= {"caller", "wide"}, entry
+
+
+def test_each_kill_names_the_oracle_that_made_it():
+    (target,) = lookup(["fla-chunk-offsets"])
+    result = selftest_target(target, RunConfig(devices=("cpu",), seed=0, max_examples=50), load_equivalents(),
+                             limit=4)
+    assert sum(result["killed_by"].values()) == result["killed"] == len(result["kills"])
+    assert set(result["killed_by"]) <= {"differential", "sync", "harness", "timeout"} | {
+        o for kill in result["kills"] for o in kill["oracles"]}
+    assert all(kill["oracles"] for kill in result["kills"])
+
+
+def test_shared_mutants_are_only_killed_by_the_target_s_own_oracles():
+    (target,) = lookup(["fla-chunk-offsets"])
+    result = selftest_target(target, RunConfig(devices=("cpu",), seed=0, max_examples=50), load_equivalents(),
+                             limit=6, shared=True)
+    assert result["shared"] is True
+    for kill in result["kills"]:
+        assert "differential" not in kill["oracles"], kill  # both sides run the same mutant
+    assert result["killed"] >= 1, result["survived"]  # the invariants/reference see some of them

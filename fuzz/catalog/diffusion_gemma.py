@@ -22,6 +22,15 @@ TARGETS = [
         # Python-scalar store into a non-0-dim slice (a host-side fill_): none syncs.
         expected_optimized_syncs=0,
         description="per-slot fill_() stores and device slot indices, replayed as add/remove/init_canvas sequences",
+        invariants=(
+            "fuzz.oracles.diffusion_gemma:states_slot_stores_follow_operations",
+            "fuzz.oracles.diffusion_gemma:states_reinitialized_canvas_is_tokens",
+            "fuzz.oracles.diffusion_gemma:states_req_map_follows_adds_and_removes",
+            "fuzz.oracles.diffusion_gemma:states_caller_operations_succeed",
+        ),
+        # No consumer: the state tensors are read on the device by the sampler's
+        # compiled step and the model's attention metadata (index ops, no host
+        # reads); add/remove_request return nothing.
     ),
     Target(
         name="diffusion-gemma-sampler",
@@ -38,5 +47,18 @@ TARGETS = [
         # keeps .any()/.item() reads) is drawn only under the wide contract.
         expected_optimized_syncs=0,
         description="repeat_interleave(output_size=host sum) for the top-k/top-p expansion; prefill slots staged once",
+        invariants=(
+            "fuzz.oracles.diffusion_gemma:sampler_expansion_repeats_each_request",
+            "fuzz.oracles.diffusion_gemma:sampler_outputs_follow_the_batch",
+            "fuzz.oracles.diffusion_gemma:sampler_draft_tokens_mirror_canvas",
+            "fuzz.oracles.diffusion_gemma:sampler_finished_prefills_enter_denoising",
+        ),
+        reference="fuzz.oracles.diffusion_gemma:SAMPLER_REFERENCE",
+        # No host-reading consumer: the GPU model runner hands the SamplerOutput
+        # to vllm/v1/worker/gpu/async_utils.py AsyncOutput, which copies
+        # sampled_token_ids / num_sampled with async_copy_to_np
+        # (`x.to("cpu", non_blocking=True)`) on a copy stream and reads them
+        # (`.tolist()`) only after `copy_event.synchronize()` in get_output, the
+        # one wait per step by design.
     ),
 ]

@@ -4,6 +4,12 @@ from fuzz.targets import Comparison, Target
 
 DESIGN_ROWS = (6, 7, 8)
 _ERNIE = "vllm/model_executor/models/ernie45_vl.py"
+_ORACLES = "fuzz.oracles.ernie45_vl"
+_ROTARY_INVARIANTS = tuple(
+    f"{_ORACLES}:{name}"
+    for name in ("rot_pos_emb_shape", "rot_pos_emb_rows_are_table_rows", "rot_pos_emb_covers_every_frame",
+                 "rot_pos_emb_follows_merge_windows")
+)
 
 # Sync counts (optimized side, CUDA, per call), read off the code; fuzz.syncs
 # counts torch-flagged syncs plus non-blocking H2D copies from pageable memory
@@ -20,6 +26,12 @@ _ERNIE = "vllm/model_executor/models/ernie45_vl.py"
 #   and 1 for compute_attn_mask_seqlen's read of the device cu_seqlens.
 # * fwd_placeholder keeps one deliberate read, grid_thw.cpu() under
 #   gpu_sync_allowed; both index tables go over async_tensor_h2d (pinned).
+# Oracles (fuzz/oracles/ernie45_vl.py): the consumers count what the metadata
+# costs the vision blocks after the call. With the eager caller's device grid,
+# max_seqlen is compute_attn_mask_seqlen's 0-d *device* tensor in 0.27.1 and
+# 0.28.0 alike, and every block's attention calls .item() on it: one sync per
+# block, vision_config.depth per forward, which the PR left in place. The graph
+# paths' host list keeps it on the CPU: no consumer sync.
 TARGETS = [
     Target(
         name="ernie-rot-pos-emb",
@@ -30,6 +42,10 @@ TARGETS = [
         comparison=Comparison(floats="exact", layout=True),
         expected_optimized_syncs=55,
         description="host-built pos_ids staged to the rotary table's device (non-blocking) before the gather",
+        invariants=_ROTARY_INVARIANTS,
+        reference=f"{_ORACLES}:ROT_POS_EMB_REFERENCE",
+        # No host-reading consumer: prepare_encoder_metadata moves the table with .to(device) and
+        # Ernie4_5_VisionAttention.forward only takes rotary_pos_emb.cos()/.sin() on the device.
     ),
     Target(
         name="ernie-encoder-metadata",
@@ -43,6 +59,16 @@ TARGETS = [
         comparison=Comparison(floats="exact", layout=True),
         expected_optimized_syncs=57,
         description="0.27.1's inline forward metadata vs 0.28.0's prepare_encoder_metadata (cu_seqlens staging)",
+        invariants=(
+            f"{_ORACLES}:metadata_cu_seqlens_running_sum",
+            f"{_ORACLES}:metadata_max_seqlen_is_longest",
+            f"{_ORACLES}:metadata_on_attention_device",
+            f"{_ORACLES}:encoder_rotary_follows_grid",
+        ),
+        reference=f"{_ORACLES}:METADATA_REFERENCE",
+        # Every vision block's attention reads max_seqlen.item() (or cu_seqlens .tolist() for
+        # TORCH_SDPA); the spec has no depth, so the consumer makes one block's reads.
+        consumer=f"{_ORACLES}:encoder_blocks_read_metadata",
     ),
     Target(
         name="ernie-encoder-metadata-graph",
@@ -62,6 +88,16 @@ TARGETS = [
         expected_optimized_syncs=0,
         description="0.28.0-only CUDA-graph parameters (max_batch_size padding, max_seqlen_override) "
         "against 0.27.1's metadata plus their documented meaning",
+        invariants=(
+            f"{_ORACLES}:graph_cu_seqlens_padded",
+            f"{_ORACLES}:graph_max_seqlen_on_host",
+            f"{_ORACLES}:graph_buffers_on_device",
+            f"{_ORACLES}:encoder_rotary_follows_grid",
+        ),
+        reference=f"{_ORACLES}:GRAPH_METADATA_REFERENCE",
+        # Capture runs the forward twice (warm-up, captured) with every block reading max_seqlen;
+        # replay only copies the values into the captured buffers.
+        consumer=f"{_ORACLES}:graph_forward_reads_metadata",
     ),
     Target(
         name="ernie-resampler-placeholder",
@@ -72,5 +108,9 @@ TARGETS = [
         comparison=Comparison(floats="close", layout=True),
         expected_optimized_syncs=1,
         description="fwd_placeholder's numpy slice offsets staged via async_tensor_h2d",
+        invariants=(f"{_ORACLES}:resampler_output_follows_grid", f"{_ORACLES}:resampler_pairs_frames"),
+        # No host-reading consumer of the output: _process_image_input / _process_video_input split it
+        # by sizes computed from grid_thw (sizes.tolist() reads the grid, not this output), and the
+        # CUDA-graph path's postprocess_encoder_output scatters it with host per_item_out_tokens.
     ),
 ]

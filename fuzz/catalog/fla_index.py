@@ -20,6 +20,16 @@ TARGETS = [
         # docs/findings F4, corrected 2026-11-29).
         expected_optimized_syncs=1,
         description="(chunk id, offset) table built on the host, staged non-blocking",
+        invariants=(
+            "fuzz.oracles.fla_index:chunk_indices_cover_every_chunk",
+            "fuzz.oracles.fla_index:chunk_indices_name_their_sequence",
+            "fuzz.oracles.fla_index:chunk_indices_follow_cu_seqlens",
+        ),
+        reference="fuzz.oracles.fla_index:INDICES_REFERENCE",
+        # No consumer: no upstream reader of the table reads it on the host. The wrappers take
+        # shapes only -- chunk_scaled_dot_kkt.py chunk_scaled_dot_kkt_fwd `NT = ... len(chunk_indices)`,
+        # chunk_delta_h.py chunk_gated_delta_rule_fwd_h `N, NT = len(cu_seqlens) - 1, len(chunk_indices)`
+        # -- and the Triton kernels load its rows on the device.
     ),
     Target(
         name="fla-chunk-offsets",
@@ -31,5 +41,13 @@ TARGETS = [
         comparison=Comparison(floats="exact", layout=True),
         expected_optimized_syncs=0,
         description="new_zeros(1) instead of new_tensor([0])",
+        invariants=(
+            "fuzz.oracles.fla_index:chunk_offsets_running_sum",
+            "fuzz.oracles.fla_index:chunk_offsets_on_cu_seqlens_device",
+        ),
+        reference="fuzz.oracles.fla_index:OFFSETS_REFERENCE",
+        # No consumer: chunk_delta_h.py chunk_gated_delta_rule_fwd_h passes the offsets straight to
+        # chunk_gated_delta_rule_fwd_kernel_h_blockdim64, which loads `chunk_offsets + i_n` on the
+        # device; nothing reads them on the host.
     ),
 ]

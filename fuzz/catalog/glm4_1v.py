@@ -16,6 +16,14 @@ TARGETS = [
         comparison=Comparison(floats="close", layout=True),
         expected_optimized_syncs=0,
         description="lengths/image_shapes expanded with numpy + one async H2D, DP cycling by modulo",
+        invariants=(
+            "fuzz.oracles.glm4_1v:embeddings_shape_follows_tokens",
+            "fuzz.oracles.glm4_1v:embeddings_cycle_image_shapes",
+            "fuzz.oracles.glm4_1v:embeddings_identity_grid_reads_the_table",
+        ),
+        reference="fuzz.oracles.glm4_1v:EMBEDDINGS_REFERENCE",
+        # No consumer: the only caller, pos_embeds_interpolate, torch.cat()s the results on the
+        # device; nothing reads them on the host.
     ),
     Target(
         name="glm4v-pos-embeds",
@@ -26,5 +34,14 @@ TARGETS = [
         comparison=Comparison(floats="close", layout=True),
         expected_optimized_syncs=0,
         description="host-built coordinates staged pinned + non-blocking",
+        invariants=(
+            "fuzz.oracles.glm4_1v:pos_embeds_shape_follows_grids",
+            "fuzz.oracles.glm4_1v:pos_embeds_frames_repeat",
+            "fuzz.oracles.glm4_1v:pos_embeds_identity_grid_reads_the_table",
+        ),
+        reference="fuzz.oracles.glm4_1v:POS_EMBEDS_REFERENCE",
+        # No consumer: prepare_encoder_metadata caches it as metadata["pos_embeds"], the encoder
+        # CUDA graph copies it into its buffers (buffer_keys), and Glm4vVisionTransformer.forward
+        # adds it on the device (`x = x + pos_embeds`); no host read.
     ),
 ]

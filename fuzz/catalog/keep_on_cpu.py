@@ -36,6 +36,15 @@ TARGETS = [
         # kept there; cu_seqlens goes up pinned + non_blocking.
         expected_optimized_syncs=0,
         description="audio_lens kept on CPU: encoder cu_seqlens built on the host instead of a device key-padding mask",
+        invariants=(
+            "fuzz.oracles.keep_on_cpu:ultravox_one_piece_per_chunk",
+            "fuzz.oracles.keep_on_cpu:ultravox_valid_frames_finite",
+        ),
+        # The stand-in whisper layers make the attention's host reads themselves, during
+        # the call (vit_attn_wrappers.py `max_seqlen.item()` -- a host tensor in 0.28.0 --
+        # and torch_sdpa_wrapper's `(cu_seqlens[1:] - cu_seqlens[:-1]).tolist()` of the
+        # device cu_seqlens); naming the consumer reports them as consumer syncs.
+        consumer="fuzz.oracles.keep_on_cpu:ultravox_attention_reads",
     ),
     Target(
         name="keep-on-cpu-interns1-num-patches",
@@ -53,6 +62,15 @@ TARGETS = [
         # token_id .unique().item() and the num_patches split sizes are host reads of CPU tensors.
         expected_optimized_syncs=0,
         description="image/video_num_patches and *_token_id kept on CPU: split sizes and token ids read on the host",
+        invariants=(
+            "fuzz.oracles.keep_on_cpu:interns1_one_piece_per_item",
+            "fuzz.oracles.keep_on_cpu:interns1_context_token_ids",
+        ),
+        reference="fuzz.oracles.keep_on_cpu:INTERNS1_REFERENCE",
+        # No consumer: the per-item embeddings go to the language model's merge,
+        # vllm/model_executor/models/utils.py _merge_multimodal_embeddings:
+        # `inputs_embeds.masked_scatter_(is_multimodal.unsqueeze(-1), mm_embeds_flat...)`,
+        # device ops only ("This can avoid D2H sync"); the context token ids are ints.
     ),
     Target(
         name="keep-on-cpu-phi4mm-image-sizes",
@@ -75,6 +93,13 @@ TARGETS = [
         sync_budget="strategies.keep_on_cpu:phi4mm_sync_budget",
         description=("image_sizes kept on CPU: crop counts and slicing from host ints; "
                      "mask counts under gpu_sync_allowed"),
+        invariants=(
+            "fuzz.oracles.keep_on_cpu:phi4mm_one_embedding_per_image",
+            "fuzz.oracles.keep_on_cpu:phi4mm_tokens_follow_crops",
+        ),
+        # No consumer: the per-image embeddings go to the language model's merge,
+        # vllm/model_executor/models/utils.py _merge_multimodal_embeddings (a device
+        # masked_scatter_); nothing reads them on the host.
     ),
     Target(
         name="keep-on-cpu-keye-grid-thw",
@@ -98,5 +123,13 @@ TARGETS = [
         expected_optimized_syncs=0,
         description=("image/video_grid_thw kept on CPU: grid read on the host for ids, cu_seqlens and the "
                      "projector reshape"),
+        invariants=(
+            "fuzz.oracles.keep_on_cpu:keye_embeddings_follow_grid",
+            "fuzz.oracles.keep_on_cpu:keye_tower_cu_seqlens",
+            "fuzz.oracles.keep_on_cpu:keye_tower_position_ids",
+        ),
+        # The tower's attention reads max_seqlen (computed from the device
+        # cu_seqlens) with .item() once per encoder layer.
+        consumer="fuzz.oracles.keep_on_cpu:keye_attention_reads",
     ),
 ]

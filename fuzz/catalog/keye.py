@@ -20,6 +20,16 @@ TARGETS = [
         # torch.arange is one sync.
         expected_optimized_syncs=0,
         description="rope table sized max(h, w) over the grids instead of pids.max() + 1",
+        invariants=(
+            "fuzz.oracles.keye:keye_layers_share_metadata",
+            "fuzz.oracles.keye:keye_cu_seqlens_running_sum",
+            "fuzz.oracles.keye:keye_rope_rows_follow_tokens",
+            "fuzz.oracles.keye:keye_rope_depends_only_on_position",
+        ),
+        reference="fuzz.oracles.keye:KEYE_ENCODER_ROPE",
+        # Each layer's KeyeSiglipAttention: (cu_seqlens[1:] - cu_seqlens[:-1]).max(),
+        # then max_seqlen.item() in the flash-attention ViT wrapper.
+        consumer="fuzz.oracles.keye:keye_encoder_layer_reads",
     ),
     Target(
         name="keye-vision-split",
@@ -31,6 +41,15 @@ TARGETS = [
         # Split sizes come from host grids; legacy read 2 * n cu_seqlens entries.
         expected_optimized_syncs=0,
         description="per-image output split by host t*h*w sizes instead of reading cu_seqlens[i]",
+        invariants=(
+            "fuzz.oracles.keye:keye_split_covers_sequence",
+            "fuzz.oracles.keye:keye_split_sizes_follow_grids",
+        ),
+        reference="fuzz.oracles.keye:KEYE_VISION_SPLIT",
+        # No consumer: the pieces go to Projector.forward (keye.py), which only
+        # rearranges them by their grid and runs norms/linears on the device --
+        # no host read. The layer inputs are not in this output (the tower
+        # returns the pieces only); keye-encoder-rope's consumer covers them.
     ),
     Target(
         name="keye-process-image",
@@ -46,6 +65,15 @@ TARGETS = [
         # does not keep it on the CPU): 0 for keye.py, 1 for keye_vl1_5.
         expected_optimized_syncs=1,
         description="position ids / cu_seqlens / sample indices staged non-blocking; grid read once with tolist()",
+        invariants=(
+            "fuzz.oracles.keye:keye_metadata_cu_seqlens_running_sum",
+            "fuzz.oracles.keye:keye_metadata_position_ids_follow_grid",
+            "fuzz.oracles.keye:keye_metadata_sample_indices_name_rows",
+            "fuzz.oracles.keye:keye_metadata_grids_are_host_ints",
+        ),
+        reference="fuzz.oracles.keye:KEYE_METADATA",
+        # The tower's attention reads the staged cu_seqlens (one layer's worth).
+        consumer="fuzz.oracles.keye:keye_tower_reads",
     ),
     Target(
         name="keye-process-video",
@@ -61,5 +89,13 @@ TARGETS = [
         # strategies.keye.MAX_VIDEO_ROWS for keye_vl1_5, the bound used here.
         expected_optimized_syncs=4,
         description="position ids / cu_seqlens / sample indices staged non-blocking",
+        invariants=(
+            "fuzz.oracles.keye:keye_metadata_cu_seqlens_running_sum",
+            "fuzz.oracles.keye:keye_metadata_position_ids_follow_grid",
+            "fuzz.oracles.keye:keye_metadata_sample_indices_name_rows",
+            "fuzz.oracles.keye:keye_metadata_grids_are_host_ints",
+        ),
+        reference="fuzz.oracles.keye:KEYE_METADATA",
+        consumer="fuzz.oracles.keye:keye_tower_reads",
     ),
 ]

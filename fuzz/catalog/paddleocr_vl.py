@@ -19,6 +19,17 @@ TARGETS = [
         expected_optimized_syncs=0,
         description="rope table size max(h, w) from the host grids instead of pids.max() + 1; "
         "cu_seqlens staged with async_tensor_h2d / non_blocking",
+        invariants=(
+            "fuzz.oracles.paddleocr_vl:paddleocr_layers_share_metadata",
+            "fuzz.oracles.paddleocr_vl:paddleocr_cu_seqlens_running_sum",
+            "fuzz.oracles.paddleocr_vl:paddleocr_max_seqlen_is_longest_image",
+            "fuzz.oracles.paddleocr_vl:paddleocr_rope_rows_follow_tokens",
+            "fuzz.oracles.paddleocr_vl:paddleocr_rope_depends_only_on_position",
+        ),
+        reference="fuzz.oracles.paddleocr_vl:PADDLEOCR_ENCODER",
+        # Each layer's attention: max_seqlen.item() (flash / triton wrappers) or
+        # (cu_seqlens[1:] - cu_seqlens[:-1]).tolist() (torch SDPA wrapper).
+        consumer="fuzz.oracles.paddleocr_vl:paddleocr_encoder_layer_reads",
     ),
     Target(
         name="paddleocr-encode-image",
@@ -33,5 +44,13 @@ TARGETS = [
         # corrected); cu_seqlens go pinned.
         expected_optimized_syncs=1,
         description="host-built position ids and cu_seqlens staged non-blocking / async_tensor_h2d",
+        invariants=(
+            "fuzz.oracles.paddleocr_vl:paddleocr_image_cu_seqlens_running_sum",
+            "fuzz.oracles.paddleocr_vl:paddleocr_image_position_ids_follow_grid",
+            "fuzz.oracles.paddleocr_vl:paddleocr_image_grid_is_host_ints",
+        ),
+        reference="fuzz.oracles.paddleocr_vl:PADDLEOCR_ENCODE_IMAGE",
+        # The tower's encoder reads the staged cu_seqlens (one layer's worth).
+        consumer="fuzz.oracles.paddleocr_vl:paddleocr_tower_reads",
     ),
 ]

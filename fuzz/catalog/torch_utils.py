@@ -22,5 +22,12 @@ TARGETS = [
         comparison=Comparison(floats="exact", layout=True),
         expected_optimized_syncs=0,
         description="the staging helper every optimized copy uses (unchanged by the PR; upstream conformance)",
+        invariants=(
+            "fuzz.oracles.torch_utils:h2d_lands_on_the_device",
+            "fuzz.oracles.torch_utils:h2d_dtype_and_shape",
+            "fuzz.oracles.torch_utils:h2d_keeps_the_values",
+        ),
+        # No consumer: its callers stage host metadata for device work (glm4_1v's target_h/target_w
+        # enter device arithmetic, the coordinates go to grid_sample); none reads the result back.
     ),
 ]

@@ -33,3 +33,30 @@ class Plant:
         setattr(sys.modules[PACKAGE], attribute, mutant)
         _, _, qualname = base.optimized.partition(":")
         return dataclasses.replace(base, name=self.name, optimized=f"{PACKAGE}:{attribute}.{qualname}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedPlant:
+    """The same bug in *both* copies: ``legacy`` and ``optimized`` are each
+    ``(module, old, new)``, the one logical slip as each copy spells it. The
+    differential check is blind to it by construction; a target's invariants
+    or its reference (fuzz/oracles/) must report it."""
+
+    name: str
+    base_target: str
+    legacy: tuple[str, str, str]
+    optimized: tuple[str, str, str]
+    why: str
+
+    def target(self) -> Target:
+        from fuzz.catalog import TARGETS
+
+        base = {t.name: t for t in TARGETS}[self.base_target]
+        paths = {}
+        for side, (module, old, new) in (("legacy", self.legacy), ("optimized", self.optimized)):
+            attribute = f"_{self.name.replace('-', '_')}_{side}"
+            mutant = mutant_module(module, f"{PACKAGE}.{attribute}", old, new)
+            setattr(sys.modules[PACKAGE], attribute, mutant)
+            _, _, qualname = getattr(base, side).partition(":")
+            paths[side] = f"{PACKAGE}:{attribute}.{qualname}"
+        return dataclasses.replace(base, name=self.name, **paths)

@@ -1,0 +1,153 @@
+"""Oracles that see what a differential check cannot (docs/verdicts.md#oracles).
+
+Legacy and optimized agreeing proves nothing about a bug they share. Three
+kinds of oracle are declared per target, in its record (fuzz/targets.py),
+and written in one module per family here, from the upstream semantics of
+the result (its docstring, how callers use it) rather than from either copy:
+
+* **invariants** -- ``def name(spec, output) -> str | None``: a property any
+  correct implementation has (``cu_seqlens`` is a running sum from 0 to the
+  total, split sizes add up, a rope table covers every position id). None
+  when it holds or does not apply to this spec, else one line saying what
+  is violated. Checked on every side that returned; a violation is the
+  verdict ``invariant-violation``.
+* a **reference** -- a :class:`Reference`: an independent implementation
+  (plain Python loops where possible) of the quantities the output carries,
+  compared with each side when the sides agree; a difference is
+  ``reference-divergence``.
+* a **consumer** -- ``def name(spec, output) -> None``: the host reads the
+  real upstream consumer makes of the output (``max_seqlen.item()`` per
+  attention call), run right after the call inside the sync counting and
+  reported as *consumer syncs* (fuzz/syncs.py), so a device-resident output
+  that costs its consumer a sync per use shows in the report.
+
+This module holds the engine side: resolving what a record names, and
+judging an example's outputs with it (fuzz.execute.run_example calls it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fuzz.errors import HarnessError
+
+if TYPE_CHECKING:
+    from fuzz.compare import Mismatch
+    from fuzz.outcome import SideResult
+    from fuzz.targets import Target
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An independent implementation of what a target's output means.
+
+    ``expected(spec)``: the quantities the output must carry for this input,
+    as plain Python values or CPU tensors; None where the documented meaning
+    says nothing about the input (e.g. a wide-contract input no caller
+    passes). ``observed(output)``: the same quantities read off one side's
+    output, in the same structure. ``floats``: ``"exact"`` or ``"close"``
+    (torch.testing.assert_close defaults), as in fuzz.targets.Comparison.
+    """
+
+    expected: Callable[[dict], Any]
+    observed: Callable[[Any], Any]
+    floats: str = "exact"
+
+    def __post_init__(self) -> None:
+        if self.floats not in ("close", "exact"):
+            raise HarnessError(f"Reference.floats={self.floats!r} must be 'close' or 'exact'")
+
+
+Invariant = Callable[[dict, Any], "str | None"]
+Consumer = Callable[[dict, Any], None]
+
+
+def oracle_name(path: str) -> str:
+    """An invariant's name as reports show it: its function name."""
+    return path.rpartition(":")[2].rpartition(".")[2]
+
+
+def _resolve(path: str) -> Any:
+    from fuzz.targets import resolve_object
+
+    return resolve_object(path)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:500]
+
+
+def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: SideResult) -> list[Mismatch]:
+    """One mismatch per violated invariant, naming the sides that violate it.
+
+    An invariant that raises on an output is reported as violated by it: a
+    mutant's garbage output must not end the run, and the real copies' outputs
+    are tested never to make one raise (tests/test_oracles_*.py)."""
+    from fuzz.compare import Mismatch
+
+    found = []
+    for path in target.invariants:
+        check = _resolve(path)
+        messages: dict[str, str] = {}
+        for side, result in (("legacy", legacy), ("optimized", optimized)):
+            if not result.ok:
+                continue
+            try:
+                message = check(spec, result.value)
+            except Exception as exc:  # noqa: BLE001 -- an output the invariant cannot read violates it
+                message = f"could not be checked: {type(exc).__name__}: {exc}"
+            if message:
+                messages[side] = _one_line(message)
+        if messages:
+            if len(messages) == 2 and messages["legacy"] == messages["optimized"]:
+                detail = f"legacy and optimized: {messages['legacy']}"
+            else:
+                detail = "; ".join(f"{side}: {text}" for side, text in messages.items())
+            found.append(Mismatch(f"invariant {oracle_name(path)}", "invariant", detail))
+    return found
+
+
+def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: SideResult) -> list[Mismatch]:
+    """Where each side that returned differs from the reference (called when
+    the sides agree, so in practice both differ, or neither)."""
+    from fuzz.compare import Mismatch, compare_values
+    from fuzz.targets import Comparison
+
+    if target.reference is None:
+        return []
+    reference: Reference = _resolve(target.reference)
+    if not isinstance(reference, Reference):
+        raise HarnessError(f"{target.name}: reference {target.reference!r} is a {type(reference).__name__}, "
+                           "not a fuzz.oracles.Reference")
+    try:
+        expected = reference.expected(spec)
+    except Exception as exc:  # the reference is ours: its failure is a fuzzer bug, not a verdict
+        raise HarnessError(f"{target.name}: reference cannot compute {spec!r}: {exc!r}") from exc
+    if expected is None:
+        return []
+    policy = Comparison(floats=reference.floats)
+    by_side: dict[str, list[Mismatch]] = {}
+    for side, result in (("legacy", legacy), ("optimized", optimized)):
+        if not result.ok:
+            continue
+        try:
+            observed = reference.observed(result.value)
+        except Exception as exc:  # noqa: BLE001 -- an output the reference cannot read differs from it
+            by_side[side] = [Mismatch("", "reference", f"output unreadable: {type(exc).__name__}: {exc}")]
+            continue
+        differences = list(compare_values(expected, observed, policy))
+        if differences:
+            by_side[side] = differences
+    if not by_side:
+        return []
+    sides = " and ".join(by_side)
+    first = next(iter(by_side.values()))
+    return [Mismatch(f"reference{m.path}", "reference",
+                     f"{sides} vs reference: " + _one_line(m.detail.replace("legacy", "reference").replace(
+                         "optimized", "copy"))) for m in first]
+
+
+def consumer_of(target: Target) -> Consumer | None:
+    return None if target.consumer is None else _resolve(target.consumer)
