@@ -8,7 +8,14 @@ c. scaling of ``--workers`` 1 -> N (efficiency = speedup / N), on a fixed
    number of examples or, with ``--budget``, for a fixed time (the nightly shape);
 d. the launch-bound limit: one legacy+optimized+compare round per target
    without Hypothesis, on pre-drawn specs, and the fuzzer's examples/s as a
-   fraction of it.
+   fraction of it;
+s. where one example's time goes, per target and device: Hypothesis alone
+   (the fuzzer's settings, a body that does nothing), spec -> tensors, the two
+   calls (with the sync counting armed on CUDA), the comparison, the oracles
+   beyond agreement (fuzz/oracles/), and the fuzzer's own bookkeeping (its
+   seconds per example less all of those); Hypothesis is measured in the
+   fuzzer's shape (1..SPECS_PER_CASE specs per test case) and, for comparison,
+   at one spec per case.
 
 Prints a table per part and writes everything as JSON (--json).
 """
@@ -162,6 +169,98 @@ def part_a_d(targets: list[Target], devices: list[str], examples: int, repeats: 
               f"{sum(o > 1.10 for o in overheads)} of {len(overheads)}", flush=True)
 
 
+def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batch: int = 1) -> float:
+    """Seconds per spec of Hypothesis alone: the fuzzer's settings, a test body
+    that only counts; ``batch`` > 1 draws lists of 1..batch specs per test case,
+    as the fuzzer does (fuzz.runner.SPECS_PER_CASE)."""
+    from hypothesis import strategies as st
+
+    from fuzz.runner import _settings
+
+    strategy = target.input_model().specs((device,), "caller")
+    if batch > 1:
+        strategy = st.lists(strategy, min_size=1, max_size=batch)
+    drawn = [0]
+
+    @_settings(examples, None)
+    @hypothesis_seed(seed)
+    @given(strategy)
+    def test(spec: object) -> None:
+        drawn[0] += len(spec) if batch > 1 else 1
+
+    start = time.perf_counter()
+    test()
+    return (time.perf_counter() - start) / max(drawn[0], 1)
+
+
+def stages(target: Target, specs: list[dict], device: str) -> dict[str, float]:
+    """Seconds per example of each stage of fuzz.execute.run_example, on pre-drawn specs."""
+    import copy
+
+    from fuzz.compare import judge
+    from fuzz.execute import _beyond_agreement, run_side
+    from fuzz.outcome import SideResult
+    from fuzz.syncs import counting_syncs
+
+    model = target.input_model()
+    on_cuda = device == "cuda"
+    spent = {"materialize": 0.0, "calls": 0.0, "compare": 0.0, "oracles": 0.0}
+    for spec in specs[:3]:
+        run_side(target, "legacy", spec)  # warm-up
+    for spec in specs:
+        results = {}
+        for side in ("legacy", "optimized"):
+            start = time.perf_counter()
+            impl = target.impl(side)
+            thunk = model.materialize(copy.deepcopy(spec), impl, side)
+            built = time.perf_counter()
+            result = SideResult()
+            with counting_syncs(on_cuda):
+                try:
+                    result.value = thunk()
+                except Exception:  # noqa: BLE001 -- exceptions are outputs
+                    result.raised = object()  # type: ignore[assignment]
+            _sync(device)
+            called = time.perf_counter()
+            spent["materialize"] += built - start
+            spent["calls"] += called - built
+            results[side] = result
+        start = time.perf_counter()
+        if results["legacy"].raised or results["optimized"].raised:
+            verdict, mismatches = judge(SideResult(), SideResult(), target.comparison, None)
+        else:
+            verdict, mismatches = judge(results["legacy"], results["optimized"], target.comparison, None)
+        compared = time.perf_counter()
+        _beyond_agreement(target, spec, results["legacy"], results["optimized"], verdict, mismatches)
+        spent["compare"] += compared - start
+        spent["oracles"] += time.perf_counter() - compared
+    return {stage: seconds / max(len(specs), 1) for stage, seconds in spent.items()}
+
+
+def part_s(targets: list[Target], devices: list[str], examples: int, rows: list[dict],
+           save: Callable[[], None]) -> None:
+    """Where an example's time goes (fractions of the fuzzer's seconds per example)."""
+    for device in devices:
+        for target in targets:
+            engine(target, device, 5, 99)  # warm-up
+            ours, specs = engine(target, device, examples, 1)
+            from fuzz.runner import MEAN_SPECS_PER_CASE, SPECS_PER_CASE
+
+            alone = hypothesis_alone(target, device, max(examples // MEAN_SPECS_PER_CASE, 1), 1, batch=SPECS_PER_CASE)
+            single = hypothesis_alone(target, device, examples, 1)
+            parts = stages(target, specs, device)
+            rest = ours - alone - sum(parts.values())
+            row = {"target": target.name, "device": device, "fuzz_s": ours, "hypothesis_s": alone,
+                   "hypothesis_one_spec_per_case_s": single, **{f"{k}_s": v for k, v in parts.items()},
+                   "bookkeeping_s": rest}
+            rows.append(row)
+            save()
+            shares = {"hypothesis": alone, **parts, "rest": rest}
+            print(f"{target.name:32} {device:5} {ours * 1e3:7.2f} ms/example: "
+                  + "  ".join(f"{k} {v / ours:5.0%}" for k, v in shares.items())
+                  + f"  | one spec per case: hypothesis {single / ours:5.0%}", flush=True)
+
+
 def part_b(limit: int) -> list[dict]:
     import tests.planted as planted
 
@@ -283,6 +382,9 @@ def main() -> None:
     if "a" in args.parts or "d" in args.parts:
         print("== a/d: per-example cost, fuzzer vs bare @given, and vs rounds without Hypothesis")
         part_a_d(lookup(args.target), devices, args.examples, args.repeats, result.setdefault("a_d", []), save)
+    if "s" in args.parts:
+        print("== s: where an example's time goes (shares of the fuzzer's time per example)")
+        part_s(lookup(args.target), devices, args.examples, result.setdefault("s", []), save)
     if "b" in args.parts:
         print("== b: examples to detection of the planted bugs (5 seeds, CPU)")
         result["b"] = part_b(200)

@@ -57,3 +57,43 @@ def test_corpus_database_replays_a_known_failure_first(tmp_path):
     assert again.first_failure_at == 1  # straight from Hypothesis' example database
     saved = list((tmp_path / "failures").glob("*.json"))
     assert len(saved) == 1 and json.loads(saved[0].read_text())["verdict"] == "divergence"
+
+
+# -- several specs per Hypothesis test case (fuzz.runner.SPECS_PER_CASE) --
+
+class TinyInputs:
+    """fla-chunk-offsets' inputs with one possible spec: Hypothesis exhausts it at once."""
+
+    def specs(self, available, contract):  # noqa: ANN001, ANN201
+        from hypothesis import strategies as st
+
+        return st.just({"device": "cpu", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_size": 2})
+
+    def materialize(self, spec, impl, side):  # noqa: ANN001, ANN201
+        from strategies.fla_index import ChunkIndexInputs
+
+        return ChunkIndexInputs().materialize(spec, impl, side)
+
+
+def test_every_spec_of_a_case_is_one_counted_example_and_the_count_is_exact():
+    (target,) = lookup(["fla-chunk-offsets"])
+    for wanted in (1, 37, 101):
+        outcome = fuzz(target, max_examples=wanted)
+        assert outcome.examples == wanted == outcome.tallies["cpu"].verdicts["agree"]
+
+
+def test_a_failure_in_a_case_of_several_specs_shrinks_to_its_own_spec():
+    import tests.planted as planted
+
+    plant = {p.name: p for p in planted.BUGS}["planted-offsets-off-by-one"]
+    outcome = fuzz(plant.target(), max_examples=200)
+    (failure,) = outcome.failures
+    assert failure.spec["cu_seqlens"] == [0] and failure.spec["chunk_size"] == 1  # one spec, minimal
+
+
+def test_an_exhausted_input_space_ends_the_target():
+    (base,) = lookup(["fla-chunk-offsets"])
+    target = dataclasses.replace(base, name="tiny", inputs="tests.test_runner:TinyInputs", invariants=(),
+                                 no_invariants="test", reference=None)
+    outcome = fuzz(target, max_examples=500)
+    assert 1 <= outcome.examples < 500 and not outcome.failures  # stopped, did not loop on fresh seeds

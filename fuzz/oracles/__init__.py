@@ -79,8 +79,13 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())[:500]
 
 
-def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: SideResult) -> list[Mismatch]:
+def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
+                     identical: bool = False) -> list[Mismatch]:
     """One mismatch per violated invariant, naming the sides that violate it.
+
+    ``identical``: the two outputs were compared bitwise equal (``judge`` said
+    agree under an exact comparison), so an invariant -- a function of the spec
+    and the output -- is evaluated once, on the optimized output, for both.
 
     An invariant that raises on an output is reported as violated by it: a
     mutant's garbage output must not end the run, and the real copies' outputs
@@ -92,7 +97,7 @@ def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: 
         check = _resolve(path)
         messages: dict[str, str] = {}
         for side, result in (("legacy", legacy), ("optimized", optimized)):
-            if not result.ok:
+            if not result.ok or (identical and side == "legacy"):
                 continue
             try:
                 message = check(spec, result.value)
@@ -100,6 +105,8 @@ def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: 
                 message = f"could not be checked: {type(exc).__name__}: {exc}"
             if message:
                 messages[side] = _one_line(message)
+        if identical and "optimized" in messages:
+            messages = {"legacy": messages["optimized"], "optimized": messages["optimized"]}
         if messages:
             if len(messages) == 2 and messages["legacy"] == messages["optimized"]:
                 detail = f"legacy and optimized: {messages['legacy']}"
@@ -109,9 +116,11 @@ def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: 
     return found
 
 
-def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: SideResult) -> list[Mismatch]:
+def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
+                    identical: bool = False) -> list[Mismatch]:
     """Where each side that returned differs from the reference (called when
-    the sides agree, so in practice both differ, or neither)."""
+    the sides agree, so in practice both differ, or neither; ``identical``:
+    bitwise equal outputs, compared once for both)."""
     from fuzz.compare import Mismatch, compare_values
     from fuzz.targets import Comparison
 
@@ -130,7 +139,7 @@ def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: S
     policy = Comparison(floats=reference.floats)
     by_side: dict[str, list[Mismatch]] = {}
     for side, result in (("legacy", legacy), ("optimized", optimized)):
-        if not result.ok:
+        if not result.ok or (identical and side == "legacy"):
             continue
         try:
             observed = reference.observed(result.value)
@@ -142,6 +151,8 @@ def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: S
             by_side[side] = differences
     if not by_side:
         return []
+    if identical:
+        by_side = {"legacy": by_side["optimized"], "optimized": by_side["optimized"]}
     sides = " and ".join(by_side)
     first = next(iter(by_side.values()))
     return [Mismatch(f"reference{m.path}", "reference",
