@@ -21,7 +21,7 @@ WORKERS=${WORKERS:-12}; SEED=${SEED:-0}; N=${N:-100}
   start=$(date +%s)
   echo "== python -m fuzz run --device cuda --seed $SEED --max-examples $N (every target)"
   python3 -m fuzz run --device cuda --seed "$SEED" --max-examples "$N" --corpus /tmp/gpu-check-corpus \
-    --report "$OUT/cuda.json" --markdown "$OUT/cuda.md" --quiet --confirm 2
+    --report "$OUT/cuda.json" --markdown "$OUT/cuda.md" --quiet --confirm 2 --known-issues known-issues.json
   fuzz=$?
   echo "fuzz exit $fuzz ($(( $(date +%s) - start )) s)"
   [ "$suite" -eq 0 ] && [ "$fuzz" -eq 0 ]
