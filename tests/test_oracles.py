@@ -200,24 +200,17 @@ def test_failure_oracles_round_trip():
     assert Failure.from_json(failure.to_json(), "x").oracles == ("differential", "reference")
 
 
-def test_consumer_runs_after_the_call_and_cannot_change_the_verdict_on_cpu():
+def test_consumer_runs_after_the_call_and_cannot_change_the_verdict_on_cpu(monkeypatch):
+    import fuzz.execute as execute
+
     target = {t.name: t for t in TARGETS}["fla-chunk-indices"]
     seen = []
 
     def consumer(spec, output):
-        seen.append(output.shape)
+        seen.append(tuple(output.shape))
         raise RuntimeError("a consumer that breaks only loses its count")
 
-    import fuzz.oracles as oracles
-
-    original = oracles.consumer_of
-    oracles_consumer = lambda t: consumer  # noqa: E731
-    import fuzz.execute as execute
-
-    execute.consumer_of = oracles_consumer
-    try:
-        result = run_example(target, {"device": "cpu", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_size": 2})
-    finally:
-        execute.consumer_of = original
-    assert result.verdict is Verdict.AGREE and len(seen) == 2
+    monkeypatch.setattr(execute, "consumer_of", lambda t: consumer)
+    result = run_example(target, {"device": "cpu", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_size": 2})
+    assert result.verdict is Verdict.AGREE and seen == [(2, 2), (2, 2)]  # once per side, on its output
     assert result.legacy.consumer_syncs is None  # nothing is counted on the CPU

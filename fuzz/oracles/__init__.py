@@ -27,6 +27,7 @@ judging an example's outputs with it (fuzz.execute.run_example calls it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,7 +70,9 @@ def oracle_name(path: str) -> str:
     return path.rpartition(":")[2].rpartition(".")[2]
 
 
+@functools.lru_cache(maxsize=None)
 def _resolve(path: str) -> Any:
+    """Once per path and process: this runs for every invariant of every example."""
     from fuzz.targets import resolve_object
 
     return resolve_object(path)
