@@ -48,7 +48,12 @@ def stuck_after_saying_so(cu_seqlens: Any, chunk_size: int) -> Any:
     from optimized.fla_index import prepare_chunk_offsets
 
     if cu_seqlens.numel() > 3:
-        Path(os.environ["SYNCFUZZ_TEST_STUCK"]).write_text(str(os.getpid()))  # whoever is stuck here
+        # Written aside, then renamed: the test polls for the file and reads it at once,
+        # and a plain write_text is seen as an empty file in between (CI, 2026-12-01).
+        stuck = Path(os.environ["SYNCFUZZ_TEST_STUCK"])
+        aside = stuck.with_name(stuck.name + f".{os.getpid()}.tmp")
+        aside.write_text(str(os.getpid()))  # whoever is stuck here
+        os.replace(aside, stuck)
         time.sleep(3600)
     return prepare_chunk_offsets(cu_seqlens, chunk_size)
 
