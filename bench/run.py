@@ -15,7 +15,9 @@ s. where one example's time goes, per target and device: Hypothesis alone
    beyond agreement (fuzz/oracles/), and the fuzzer's own bookkeeping (its
    seconds per example less all of those); Hypothesis is measured in the
    fuzzer's shape (1..SPECS_PER_CASE specs per test case) and, for comparison,
-   at one spec per case.
+   at one spec per case; with the choices Hypothesis makes per spec, its
+   cost per choice, and the best fuzzer/round rate that leaves (a round's
+   stages over the stages plus Hypothesis alone).
 
 Prints a table per part and writes everything as JSON (--json).
 """
@@ -169,35 +171,39 @@ def part_a_d(targets: list[Target], devices: list[str], examples: int, repeats: 
               f"{sum(o > 1.10 for o in overheads)} of {len(overheads)}", flush=True)
 
 
-def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batch: int = 1) -> float:
+def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batch: int = 1) -> tuple[float, float]:
     """Seconds per spec of Hypothesis alone: the fuzzer's settings, a test body
     that only counts; ``batch`` > 1 draws lists of 1..batch specs per test case,
-    as the fuzzer does (fuzz.runner.SPECS_PER_CASE)."""
+    as the fuzzer does (fuzz.runner.SPECS_PER_CASE). Also the choices Hypothesis
+    made per spec (its cost grows with them: every choice is recorded, spanned
+    and stored in its data tree)."""
     from hypothesis import strategies as st
+    from hypothesis.control import current_build_context
 
     from fuzz.runner import _settings
 
     strategy = target.input_model().specs((device,), "caller")
     if batch > 1:
         strategy = st.lists(strategy, min_size=1, max_size=batch)
-    drawn = [0]
+    drawn, choices = [0], [0]
 
     @_settings(examples, None)
     @hypothesis_seed(seed)
     @given(strategy)
     def test(spec: object) -> None:
         drawn[0] += len(spec) if batch > 1 else 1
+        choices[0] += len(current_build_context().data.choices)
 
     start = time.perf_counter()
     test()
-    return (time.perf_counter() - start) / max(drawn[0], 1)
+    return (time.perf_counter() - start) / max(drawn[0], 1), choices[0] / max(drawn[0], 1)
 
 
 def stages(target: Target, specs: list[dict], device: str) -> dict[str, float]:
     """Seconds per example of each stage of fuzz.execute.run_example, on pre-drawn specs."""
     import copy
 
-    from fuzz.compare import judge
+    from fuzz.compare import judge, same_exactly
     from fuzz.execute import _beyond_agreement, run_side
     from fuzz.outcome import SideResult
     from fuzz.syncs import counting_syncs
@@ -227,11 +233,14 @@ def stages(target: Target, specs: list[dict], device: str) -> dict[str, float]:
             results[side] = result
         start = time.perf_counter()
         if results["legacy"].raised or results["optimized"].raised:
+            identical = False
             verdict, mismatches = judge(SideResult(), SideResult(), target.comparison, None)
         else:
-            verdict, mismatches = judge(results["legacy"], results["optimized"], target.comparison, None)
+            identical = same_exactly(results["legacy"].value, results["optimized"].value)
+            verdict, mismatches = judge(results["legacy"], results["optimized"], target.comparison, None,
+                                        known_equal=identical)
         compared = time.perf_counter()
-        _beyond_agreement(target, spec, results["legacy"], results["optimized"], verdict, mismatches)
+        _beyond_agreement(target, spec, results["legacy"], results["optimized"], verdict, mismatches, identical)
         spent["compare"] += compared - start
         spent["oracles"] += time.perf_counter() - compared
     return {stage: seconds / max(len(specs), 1) for stage, seconds in spent.items()}
@@ -246,19 +255,25 @@ def part_s(targets: list[Target], devices: list[str], examples: int, rows: list[
             ours, specs = engine(target, device, examples, 1)
             from fuzz.runner import MEAN_SPECS_PER_CASE, SPECS_PER_CASE
 
-            alone = hypothesis_alone(target, device, max(examples // MEAN_SPECS_PER_CASE, 1), 1, batch=SPECS_PER_CASE)
-            single = hypothesis_alone(target, device, examples, 1)
+            alone, choices = hypothesis_alone(target, device, max(examples // MEAN_SPECS_PER_CASE, 1), 1,
+                                              batch=SPECS_PER_CASE)
+            single, _ = hypothesis_alone(target, device, examples, 1)
             parts = stages(target, specs, device)
             rest = ours - alone - sum(parts.values())
+            # The best fuzzer/round rate Hypothesis leaves: a round's work plus Hypothesis' own per spec.
+            round_s = sum(parts.values())
             row = {"target": target.name, "device": device, "fuzz_s": ours, "hypothesis_s": alone,
                    "hypothesis_one_spec_per_case_s": single, **{f"{k}_s": v for k, v in parts.items()},
-                   "bookkeeping_s": rest}
+                   "bookkeeping_s": rest, "choices_per_spec": choices,
+                   "us_per_choice": alone / max(choices, 1) * 1e6, "bound": round_s / (round_s + alone)}
             rows.append(row)
             save()
             shares = {"hypothesis": alone, **parts, "rest": rest}
             print(f"{target.name:32} {device:5} {ours * 1e3:7.2f} ms/example: "
                   + "  ".join(f"{k} {v / ours:5.0%}" for k, v in shares.items())
-                  + f"  | one spec per case: hypothesis {single / ours:5.0%}", flush=True)
+                  + f"  | one spec per case: hypothesis {single / ours:5.0%}"
+                  + f"  | {choices:4.1f} choices/spec, {row['us_per_choice']:4.0f} us each;"
+                  f" fuzz/round at most {row['bound']:4.2f}", flush=True)
 
 
 def part_b(limit: int) -> list[dict]:

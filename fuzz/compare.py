@@ -104,10 +104,30 @@ def _compare_tensor_values(legacy: torch.Tensor, optimized: torch.Tensor, policy
         if not torch.equal(a, b) and not _equal_with_nans(a, b):
             yield Mismatch(path, "values", _describe_exact(a, b))
         return
+    if _close_fast(a, b):
+        return
     try:
         torch.testing.assert_close(b, a, equal_nan=True)
     except AssertionError as exc:
         yield Mismatch(path, "values", " ".join(str(exc).split()))
+
+
+# assert_close's default (rtol, atol) per dtype, read from the installed torch so the
+# two can never disagree; empty (no fast path) if a torch release moves it.
+_DEFAULT_TOLERANCES: dict = dict(getattr(getattr(torch.testing, "_comparison", None), "_DTYPE_PRECISIONS", {}))
+
+
+def _close_fast(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True where ``assert_close(b, a, equal_nan=True)`` passes, at a fraction of its
+    cost (~35 us against ~150 us on a small tensor): bitwise equal, or -- for a plain
+    float dtype -- the same ``isclose`` test assert_close makes with its default
+    tolerances. False means "ask assert_close", which words the mismatch."""
+    if not (a.layout == b.layout == torch.strided) or a.is_quantized:
+        return False
+    if torch.equal(a, b):
+        return True
+    tolerance = _DEFAULT_TOLERANCES.get(a.dtype)
+    return tolerance is not None and bool(torch.isclose(b, a, *tolerance, equal_nan=True).all())
 
 
 def layout_of(tensor: torch.Tensor) -> tuple[tuple[int | None, ...], bool]:
@@ -159,18 +179,30 @@ def _describe_exact(a: torch.Tensor, b: torch.Tensor) -> str:
     )
 
 
+EXACTLY = Comparison(floats="exact", layout=True)
+"""The strictest comparison: bitwise values (NaN equal to NaN), and the same memory layout."""
+
+
+def same_exactly(legacy: Any, optimized: Any) -> bool:
+    """Two outputs no oracle can tell apart: equal under ``EXACTLY``, so every
+    invariant and reference gives both the same answer (fuzz.execute asks once)."""
+    return next(compare_values(legacy, optimized, EXACTLY), None) is None
+
+
 def judge(legacy: SideResult, optimized: SideResult, policy: Comparison, expected_syncs: int | None,
-          contract: str = "caller") -> tuple[Verdict, list[Mismatch]]:
+          contract: str = "caller", known_equal: bool = False) -> tuple[Verdict, list[Mismatch]]:
     """The verdict for one example and the mismatches behind it.
 
     Syncs: under the caller contract the optimized side may make at most the
     target's declared number. Under the wide contract inputs arrive in forms
     the optimized code was never meant to take sync-free (device metadata, CPU
     coordinates), so there it only regresses when it syncs more than legacy.
+    ``known_equal``: the values were already found ``same_exactly``, which
+    passes every policy, so they are not compared again.
     """
     if legacy.raised or optimized.raised:
         return _judge_exceptions(legacy, optimized)
-    mismatches = list(compare_values(legacy.value, optimized.value, policy))
+    mismatches = [] if known_equal else list(compare_values(legacy.value, optimized.value, policy))
     if mismatches:
         return Verdict.DIVERGENCE, mismatches
     allowed = expected_syncs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,31 +25,50 @@ def _nonempty(name: str, values: Sequence[Any]) -> None:
         raise HarnessError(f"{name} must not be empty")
 
 
+# Why the strategies are built once (lru_cache here, module-level constants in
+# the input models): a composite that builds ``st.sampled_from([...])`` or a
+# ``.map`` afresh on every draw makes Hypothesis validate the new object and
+# compute its properties each time, which was about half of what drawing a spec
+# cost (bench part s, issue #17). A strategy object drawn again skips all that;
+# the choices drawn, and so every seed's examples, are the same.
+
+
+def choice_of(values: Sequence[Any]) -> st.SearchStrategy[Any]:
+    """``st.sampled_from(values)``, built once per distinct ``values``."""
+    # The types are part of the key: True == 1 == 1.0 would otherwise share one strategy.
+    return _choice_of(tuple(values), tuple(map(type, values)))
+
+
+@lru_cache(maxsize=None)
+def _choice_of(values: tuple, types: tuple) -> st.SearchStrategy[Any]:
+    return st.sampled_from(list(values))
+
+
 def devices(available: Sequence[str]) -> st.SearchStrategy[str]:
     """The device an example runs on: one of ``available`` (cpu first, so it shrinks there)."""
     _nonempty("available devices", available)
-    return st.sampled_from(list(available))
+    return choice_of(available)
 
 
 def int_dtypes(names: Sequence[str] = ("int32", "int64")) -> st.SearchStrategy[str]:
     unknown = set(names) - set(INT_DTYPES)
     if unknown:
         raise HarnessError(f"int_dtypes: unknown dtype names {sorted(unknown)}")
-    return st.sampled_from(list(names))
+    return choice_of(names)
 
 
 def float_dtypes(names: Sequence[str] = ("float32", "bfloat16", "float16")) -> st.SearchStrategy[str]:
     unknown = set(names) - set(FLOAT_DTYPES)
     if unknown:
         raise HarnessError(f"float_dtypes: unknown dtype names {sorted(unknown)}")
-    return st.sampled_from(list(names))
+    return choice_of(names)
 
 
 def tensor_forms(forms: Sequence[str] = TENSOR_FORMS) -> st.SearchStrategy[str]:
     unknown = set(forms) - set(TENSOR_FORMS)
     if unknown:
         raise HarnessError(f"tensor_forms: unknown forms {sorted(unknown)}")
-    return st.sampled_from(list(forms))
+    return choice_of(forms)
 
 
 def in_form(values: list, form: str, dtype: str, device: str) -> Any:

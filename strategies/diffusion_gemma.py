@@ -40,6 +40,7 @@ Two input models:
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Iterator, Sequence
@@ -74,12 +75,30 @@ INDEX_FORMS = ("numpy", "cpu_tensor", "device_tensor")
 REQ_IDS = ("req-0", "req-1", "req-2", "_warmup_0")
 INT32_EDGES = (2**31 - 1, 2**31, 2**32)
 
+# Strategies with fixed arguments, built once (strategies/common.py says why).
+OPERATION_KINDS = st.sampled_from(["model_add", "model_remove", "states_add", "states_remove", "init_canvas",
+                                   "scribble"])
+CALLER_SLOT_FORM_CHOICES = st.sampled_from(CALLER_SLOT_FORMS)
+WIDE_SLOT_FORM_CHOICES = st.sampled_from(WIDE_SLOT_FORMS)
+REQ_ID_CHOICES = st.sampled_from(REQ_IDS)
+PROMPT_LENGTHS = st.integers(1, 48)
+WIDE_PROMPT_LENGTHS = st.one_of(PROMPT_LENGTHS, st.sampled_from(INT32_EDGES))
+INDEX_FORM_CHOICES = st.sampled_from(INDEX_FORMS)
+CU_DTYPES = st.sampled_from(["int32", "int64", "float64"])
+IDX_DTYPES = st.sampled_from(["int64", "int32"])
+TOP_PS = st.sampled_from([1.0, 1.0, 0.9, 0.5])
+T_MINS = st.sampled_from([0.0, 0.5])
+T_MAXES = st.sampled_from([0.5, 1.0, 2.0])
+CONFIDENCE_THRESHOLDS = st.sampled_from([0.5, 5.0])
+ENTROPY_BOUNDS = st.sampled_from([0.1, 1.0, 100.0])
+
 
 # ---------------------------------------------------------------------------
 # Shared: dimensions and a state that looks like a live server's.
 # ---------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 def state_dims(*, max_reqs: int = 6, max_canvas: int = 6, max_vocab: int = 16) -> st.SearchStrategy[dict]:
     """Sizes of a ``DiffusionGemmaRequestStates`` (small: the code under test is index math)."""
     if max_reqs < 1 or max_canvas < 1 or max_vocab < 2:
@@ -178,7 +197,7 @@ def snapshot(states: Any) -> dict[str, torch.Tensor]:
 
 def _slots(draw: st.DrawFn, n: int, wide: bool) -> dict:
     """One slot index and its form."""
-    form = draw(st.sampled_from(WIDE_SLOT_FORMS if wide else CALLER_SLOT_FORMS))
+    form = draw(WIDE_SLOT_FORM_CHOICES if wide else CALLER_SLOT_FORM_CHOICES)
     if not wide:
         low, high = 0, n - 1
     elif form in HOST_CHECKED_FORMS:
@@ -188,26 +207,29 @@ def _slots(draw: st.DrawFn, n: int, wide: bool) -> dict:
     return {"slot": draw(st.integers(low, high)), "slot_form": form}
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
+def _canvas_slots(n: int, wide: bool) -> st.SearchStrategy[list[int]]:
+    """Distinct slots: duplicate scatter targets have no defined winner on CUDA."""
+    pool = list(range(-n, n)) if wide else list(range(n))
+    return st.lists(st.sampled_from(pool), min_size=0 if wide else 1, max_size=n, unique_by=lambda s: s % n)
+
+
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 @st.composite
 def _operations(draw: st.DrawFn, n: int, wide: bool) -> dict:
-    kind = draw(st.sampled_from(["model_add", "model_remove", "states_add", "states_remove", "init_canvas",
-                                 "scribble"]))
+    kind = draw(OPERATION_KINDS)
     if kind in ("model_add", "states_add", "states_remove"):
         op = {"op": kind, **_slots(draw, n, wide)}
         if kind == "model_add":
-            op["req_id"] = draw(st.sampled_from(REQ_IDS))
-            lengths = st.integers(1, 48)
-            op["prompt_len"] = draw(st.one_of(lengths, st.sampled_from(INT32_EDGES)) if wide else lengths)
+            op["req_id"] = draw(REQ_ID_CHOICES)
+            op["prompt_len"] = draw(WIDE_PROMPT_LENGTHS if wide else PROMPT_LENGTHS)
         return op
     if kind == "model_remove":
-        return {"op": kind, "req_id": draw(st.sampled_from(REQ_IDS))}
+        return {"op": kind, "req_id": draw(REQ_ID_CHOICES)}
     if kind == "init_canvas":
-        # Distinct slots: duplicate scatter targets have no defined winner on CUDA.
-        pool = list(range(-n, n)) if wide else list(range(n))
-        slots = draw(st.lists(st.sampled_from(pool), min_size=0 if wide else 1, max_size=n,
-                              unique_by=lambda s: s % n))
+        slots = draw(_canvas_slots(n, wide))
         return {"op": kind, "slots": slots,
-                "form": draw(st.sampled_from(INDEX_FORMS)) if wide else "device_tensor",
+                "form": draw(INDEX_FORM_CHOICES) if wide else "device_tensor",
                 "dtype": draw(int_dtypes()) if wide else "int64"}
     return {"op": kind}
 
@@ -335,6 +357,7 @@ class RecordingSamplingStates:
         return int(np.max(self.num_logprobs[idx_mapping_np]))
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 @st.composite
 def _request(draw: st.DrawFn, canvas: int, wide: bool) -> dict:
     """One request of the batch: decode (its canvas's logits) or prefill (none)."""
@@ -353,6 +376,17 @@ def _request(draw: st.DrawFn, canvas: int, wide: bool) -> dict:
     return {"logits": 0, "prompt_len": prompt, "computed": computed, "chunk": chunk}
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
+def _slot_orders(n: int) -> st.SearchStrategy[list[int]]:
+    return st.permutations(range(n))
+
+
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
+def _top_ks(vocab: int, n: int) -> st.SearchStrategy[list[int]]:
+    """Per-slot top-k: mostly off (``vocab``), else greedy or half the vocabulary."""
+    return st.lists(st.sampled_from([vocab, vocab, 1, max(1, vocab // 2)]), min_size=n, max_size=n)
+
+
 @st.composite
 def _sampler_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     wide = contract == "wide"
@@ -360,10 +394,10 @@ def _sampler_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> 
     n, canvas, vocab = spec["max_num_reqs"], spec["canvas_length"], spec["vocab_size"]
     empty = wide and draw(st.integers(0, 9)) == 0  # an empty batch, now and then
     requests = [] if empty else draw(st.lists(_request(canvas, wide), min_size=1, max_size=n))
-    slots = draw(st.permutations(range(n)))[: len(requests)]
+    slots = draw(_slot_orders(n))[: len(requests)]
     for request, slot in zip(requests, slots):
         request["slot"] = slot
-    cu_dtype = draw(st.sampled_from(["int32", "int64", "float64"])) if wide else "int32"
+    cu_dtype = draw(CU_DTYPES) if wide else "int32"
     if cu_dtype != "float64":
         for request in requests:
             request["logits"] = int(request["logits"] + 0.5)  # back to a whole count
@@ -373,16 +407,16 @@ def _sampler_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> 
         num_draft_tokens=draw(st.integers(0, decode_logits + canvas)) if wide else decode_logits,
         # 0: less free memory than one request needs (a nearly full GPU): upstream clamps the tile to 1.
         tile=draw(st.integers(0, max(1, len(requests)))),
-        top_k=draw(st.lists(st.sampled_from([vocab, vocab, 1, max(1, vocab // 2)]), min_size=n, max_size=n)),
-        top_p=draw(st.lists(st.sampled_from([1.0, 1.0, 0.9, 0.5]), min_size=n, max_size=n)),
+        top_k=draw(_top_ks(vocab, n)),
+        top_p=draw(st.lists(TOP_PS, min_size=n, max_size=n)),
         num_logprobs=draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n)) if wide else [-1] * n,
         logits_dtype=draw(float_dtypes(("float32", "bfloat16"))),
         cu_dtype=cu_dtype,
-        idx_dtype=draw(st.sampled_from(["int64", "int32"])) if wide else "int64",
-        t_min=draw(st.sampled_from([0.0, 0.5])),
-        t_max=draw(st.sampled_from([0.5, 1.0, 2.0])),
-        confidence_threshold=draw(st.sampled_from([0.5, 5.0])),
-        entropy_bound=draw(st.sampled_from([0.1, 1.0, 100.0])),
+        idx_dtype=draw(IDX_DTYPES) if wide else "int64",
+        t_min=draw(T_MINS),
+        t_max=draw(T_MAXES),
+        confidence_threshold=draw(CONFIDENCE_THRESHOLDS),
+        entropy_bound=draw(ENTROPY_BOUNDS),
     )
     return spec
 

@@ -32,6 +32,7 @@ batches, a rotary table built on the CPU, and ``use_temporal_conv=False``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
@@ -42,7 +43,7 @@ from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
 from fuzz.targets import Impl
-from strategies.common import INT_DTYPES, devices, float_dtypes, int_dtypes, seeded_floats
+from strategies.common import INT_DTYPES, choice_of, devices, float_dtypes, int_dtypes, seeded_floats
 from strategies.grids import grid_thws
 
 # Grid forms today's callers hand to rot_pos_emb: the eager path's device
@@ -58,12 +59,28 @@ CALLER_MAX_ROWS = CALLER_MAX_ITEMS * CALLER_MAX_FRAMES
 BACKENDS = ("FLASH_ATTN", "TRITON_ATTN", "ROCM_AITER_FA", "TORCH_SDPA")
 TEMPORAL_CONV_SIZE = 2  # Ernie 4.5 VL's config; fwd_placeholder pairs frames, so nothing else fits
 
+# Strategies with fixed arguments, built once (strategies/common.py says why).
+MERGES = st.sampled_from([1, 2])
+HEAD_DIMS = st.sampled_from([4, 8, 16])
+BACKEND_CHOICES = st.sampled_from(BACKENDS)
+ROTARY_PLACES = st.sampled_from(["device", "cpu"])
+TOWER_NUM_PADS = st.sampled_from([0, 0, 1, 3, 7])
+GRAPH_PATHS = st.sampled_from(["capture", "replay"])
+GRAPH_BATCH_SIZES = st.one_of(st.none(), st.integers(0, 6))
+GRAPH_SEQLEN_OVERRIDES = st.one_of(st.none(), st.integers(0, 10_000))
+GRAPH_GRID_FORMS = st.sampled_from(["list", "cpu_tensor"])
+GRAPH_NUM_PADS = st.sampled_from([0, 1, 3])
+SPATIAL_CONV_SIZES = st.sampled_from([1, 2])
+RESAMPLER_GRID_FORMS = st.sampled_from(["cpu_tensor", "device_tensor"])
+MODALITIES = st.sampled_from(["image", "video"])
+
 
 def expand_frames(grid: list[list[int]]) -> list[list[int]]:
     """``_vision_forward``'s expansion: ``[[2, h, w]] -> [[1, h, w], [1, h, w]]``."""
     return [[1, h, w] for t, h, w in grid for _ in range(t)]
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 def frame_grid_thws(*, merge: int, min_size: int = 1) -> st.SearchStrategy[list[list[int]]]:
     """Grids as the vision tower receives them on the eager path: one row per frame."""
     if min_size < 0 or min_size > CALLER_MAX_ITEMS:
@@ -72,6 +89,7 @@ def frame_grid_thws(*, merge: int, min_size: int = 1) -> st.SearchStrategy[list[
     return items.map(expand_frames)
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 def resampler_grid_thws(*, merge: int, modality: str) -> st.SearchStrategy[list[list[int]]]:
     """Caller grids for the resampler: images ``t == 1``, videos an even ``t``."""
     if modality not in ("image", "video"):
@@ -117,23 +135,23 @@ def _tower(module: ModuleType, spec: dict) -> torch.nn.Module:
 def _tower_specs(draw: st.DrawFn, available: Sequence[str], contract: str, caller_forms: tuple,
                  wide_forms: tuple[str, ...]) -> dict:
     wide = contract == "wide"
-    merge = draw(st.sampled_from([1, 2]))
+    merge = draw(MERGES)
     if wide:
         grid = draw(grid_thws(min_size=0, max_size=3, max_t=3, merge=merge))
-        form, dtype = draw(st.sampled_from(wide_forms)), draw(int_dtypes())
+        form, dtype = draw(choice_of(wide_forms)), draw(int_dtypes())
     else:
         grid = draw(frame_grid_thws(merge=merge))
-        form, dtype = draw(st.sampled_from(caller_forms))
+        form, dtype = draw(choice_of(caller_forms))
     return {
         "device": draw(devices(available)),
         "merge": merge,
-        "head_dim": draw(st.sampled_from([4, 8, 16])),
-        "backend": draw(st.sampled_from(BACKENDS)),
+        "head_dim": draw(HEAD_DIMS),
+        "backend": draw(BACKEND_CHOICES),
         "grid_thw": grid,
         "grid_form": form,
         "grid_dtype": dtype,
-        "rotary_on": draw(st.sampled_from(["device", "cpu"])) if wide else "device",
-        "num_pad": draw(st.sampled_from([0, 0, 1, 3, 7])) if wide else 0,
+        "rotary_on": draw(ROTARY_PLACES) if wide else "device",
+        "num_pad": draw(TOWER_NUM_PADS) if wide else 0,
     }
 
 
@@ -178,9 +196,9 @@ class ErnieEncoderMetadataInputs:
 @st.composite
 def _graph_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     wide = contract == "wide"
-    merge = draw(st.sampled_from([1, 2]))
+    merge = draw(MERGES)
     batch = draw(st.integers(1, 4))
-    path = draw(st.sampled_from(["capture", "replay"]))
+    path = draw(GRAPH_PATHS)
     override = None
     if path == "capture":
         budget = draw(st.integers(1, 16))
@@ -192,22 +210,22 @@ def _graph_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> di
         # Anything the parameters accept: more rows than the batch (no
         # padding), an empty batch, any override, num_pad, a tensor grid.
         grid = draw(st.one_of(st.just(grid), grid_thws(min_size=0, max_size=5, max_t=2, merge=merge)))
-        batch = draw(st.one_of(st.none(), st.integers(0, 6)))
-        override = draw(st.one_of(st.none(), st.integers(0, 10_000)))
+        batch = draw(GRAPH_BATCH_SIZES)
+        override = draw(GRAPH_SEQLEN_OVERRIDES)
     return {
         "device": draw(devices(available)),
         "merge": merge,
-        "head_dim": draw(st.sampled_from([4, 8, 16])),
-        "backend": draw(st.sampled_from(BACKENDS)),
+        "head_dim": draw(HEAD_DIMS),
+        "backend": draw(BACKEND_CHOICES),
         "rotary_on": "device",
         "grid_thw": grid,
-        "grid_form": draw(st.sampled_from(["list", "cpu_tensor"])) if wide else "list",
+        "grid_form": draw(GRAPH_GRID_FORMS) if wide else "list",
         "grid_dtype": "int32",
         "path": path,
         "max_batch_size": batch,
         "max_seqlen_override": override,
         "pass_device": path == "capture",
-        "num_pad": draw(st.sampled_from([0, 1, 3])) if wide else 0,
+        "num_pad": draw(GRAPH_NUM_PADS) if wide else 0,
     }
 
 
@@ -274,12 +292,12 @@ class ErnieGraphMetadataInputs:
 @st.composite
 def _resampler_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     wide = contract == "wide"
-    conv = draw(st.sampled_from([1, 2]))
+    conv = draw(SPATIAL_CONV_SIZES)
     if wide:
         grid = draw(grid_thws(min_size=0, max_size=3, max_t=4, merge=conv))
-        form, dtype = draw(st.sampled_from(["cpu_tensor", "device_tensor"])), draw(int_dtypes())
+        form, dtype = draw(RESAMPLER_GRID_FORMS), draw(int_dtypes())
     else:
-        grid = draw(resampler_grid_thws(merge=conv, modality=draw(st.sampled_from(["image", "video"]))))
+        grid = draw(resampler_grid_thws(merge=conv, modality=draw(MODALITIES)))
         form, dtype = "device_tensor", draw(int_dtypes())
     return {
         "device": draw(devices(available)),

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import torch
@@ -14,6 +15,7 @@ from fuzz.targets import Impl
 from strategies.common import INT_DTYPES, devices, int_dtypes
 
 
+@lru_cache(maxsize=None)  # built once per set of arguments: strategies/common.py says why
 def cu_seqlens(
     *, max_sequences: int = 8, max_length: int = 300, monotone: bool = True, empty_only_at_end: bool = False
 ) -> st.SearchStrategy[list[int]]:
@@ -39,6 +41,7 @@ def cu_seqlens(
     return lengths.map(running_sum)
 
 
+@lru_cache(maxsize=None)
 def chunk_sizes(max_size: int = 512) -> st.SearchStrategy[int]:
     """Chunk sizes from 1 up to past any drawn sequence (FLA uses 64)."""
     if max_size < 1:

@@ -27,6 +27,11 @@ from strategies.grids import grid_thws
 
 PATCH_SIZE = 14  # GLM-4.1V's patch size; only image_size // patch_size matters
 
+# Strategies with fixed arguments are built once: strategies/common.py says why.
+COORD_KINDS = st.sampled_from(["grid", "random"])
+COORD_PLACES = st.sampled_from(["device", "cpu"])
+MERGE_SIZES = st.sampled_from([1, 2])
+
 
 def _weights(draw: st.DrawFn) -> dict:
     return {
@@ -54,11 +59,11 @@ def _embeddings_specs(draw: st.DrawFn, available: Sequence[str], contract: str) 
     spec.update(
         image_shapes=shapes,
         lengths=lengths,
-        coords=draw(st.sampled_from(["grid", "random"])) if wide else "grid",
+        coords=draw(COORD_KINDS) if wide else "grid",
         lengths_form=draw(tensor_forms()) if wide else "list",
         shapes_form=draw(tensor_forms()) if wide else "list",
         meta_dtype=draw(int_dtypes()) if wide else "int64",
-        coords_on=draw(st.sampled_from(["device", "cpu"])) if wide else "device",
+        coords_on=draw(COORD_PLACES) if wide else "device",
         coords_dtype=draw(int_dtypes()) if wide else "int64",
     )
     return spec
@@ -132,7 +137,7 @@ class Glm4EmbeddingsInputs:
 
 @st.composite
 def _pos_embeds_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
-    merge = draw(st.sampled_from([1, 2]))
+    merge = draw(MERGE_SIZES)
     return {
         "device": draw(devices(available)),
         **_weights(draw),

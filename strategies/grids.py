@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
 
 
+@lru_cache(maxsize=None)  # built once per shape of grid (strategies.common says why)
 def grid_thws(
     *, min_size: int = 0, max_size: int = 3, max_t: int = 3, max_hw: int = 8, merge: int = 2
 ) -> st.SearchStrategy[list[list[int]]]:

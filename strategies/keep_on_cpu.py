@@ -39,6 +39,7 @@ they received.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
@@ -53,7 +54,7 @@ from fuzz.errors import HarnessError
 from fuzz.syncs import consumer_reads
 from fuzz.targets import SIDES as ENGINE_SIDES
 from fuzz.targets import Impl
-from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, float_dtypes, int_dtypes, seeded_floats
+from strategies.common import FLOAT_DTYPES, INT_DTYPES, choice_of, devices, float_dtypes, int_dtypes, seeded_floats
 from strategies.grids import grid_thws
 
 SIDES = ("legacy", "optimized")
@@ -82,11 +83,19 @@ def field_side(side: str) -> str:
     return "legacy" if side == "legacy" else "optimized"
 
 
+# Strategies with fixed arguments are built once: strategies/common.py says why.
+CALLER_FIELD_PLACEMENTS = st.just(dict(CALLER_PLACEMENT))
+WIDE_FIELD_PLACEMENTS = st.fixed_dictionaries(
+    {"legacy": st.sampled_from(["device", "cpu"]), "optimized": st.just("cpu")}
+)
+# How the wide contract may pass a list-valued field (interns1, phi4mm).
+FIELD_FORMS = st.sampled_from(["tensor", "list"])
+
+
 def field_placements(contract: str) -> st.SearchStrategy[dict[str, str]]:
-    """Where each side's keep-on-cpu field lives (see the module docstring)."""
-    if contract == "caller":
-        return st.just(dict(CALLER_PLACEMENT))
-    return st.fixed_dictionaries({"legacy": st.sampled_from(["device", "cpu"]), "optimized": st.just("cpu")})
+    """Where each side's keep-on-cpu field lives (see the module docstring).
+    The caller contract's dict is one shared object: copy it before changing it."""
+    return CALLER_FIELD_PLACEMENTS if contract == "caller" else WIDE_FIELD_PLACEMENTS
 
 
 def field_device(spec: dict, side: str) -> str:
@@ -128,7 +137,7 @@ def _common(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
         "dtype": draw(float_dtypes()),
         "seed": draw(st.integers(0, 2**31 - 1)),
         "field_dtype": draw(int_dtypes()) if wide else "int64",
-        "field_on": draw(field_placements(contract)),
+        "field_on": dict(draw(field_placements(contract))),
     }
 
 
@@ -205,6 +214,11 @@ def feature_lengths(audio_lens: Sequence[int]) -> list[int]:
     return [(n - 1) // 2 + 1 for n in audio_lens]
 
 
+# More than _MAX_ENCODER_BATCH_SIZE (16) chunks exercises audio_lens[start:end].
+ULTRAVOX_CHUNK_COUNTS = st.one_of(st.integers(0, 4), st.integers(15, 20))
+ULTRAVOX_ATTN_BACKENDS = st.sampled_from(["FLASH_ATTN", "TORCH_SDPA"])
+
+
 @st.composite
 def _ultravox_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     wide = contract == "wide"
@@ -213,8 +227,7 @@ def _ultravox_specs(draw: st.DrawFn, available: Sequence[str], contract: str) ->
     # The batch is padded to the longest mel input; over-long input (wide) is
     # rejected by both versions with the same ValueError.
     frames = draw(st.integers(1, 2 * max_source + (1 if wide else 0)))
-    # More than _MAX_ENCODER_BATCH_SIZE (16) chunks exercises audio_lens[start:end].
-    chunks = draw(st.one_of(st.integers(0, 4), st.integers(15, 20)))
+    chunks = draw(ULTRAVOX_CHUNK_COUNTS)
     # audio_lens counts mel frames of each chunk: 1..frames from the processor;
     # wide adds 0 and lengths past the padded input (accepted by 0.27.1).
     lens = st.integers(0, frames + 4) if wide else st.integers(1, frames)
@@ -227,7 +240,7 @@ def _ultravox_specs(draw: st.DrawFn, available: Sequence[str], contract: str) ->
         frames=frames,
         audio_lens=draw(st.lists(lens, min_size=chunks, max_size=chunks)),
         layers=draw(st.integers(1, 2)),
-        attn_backend=draw(st.sampled_from(["FLASH_ATTN", "TORCH_SDPA"])),
+        attn_backend=draw(ULTRAVOX_ATTN_BACKENDS),
         pad_audio_to_max_context=draw(st.booleans()),
     )
     return spec
@@ -308,6 +321,9 @@ class RecordingProjector(nn.Module):
 
 
 INTERNS1_HIDDEN = 12  # 3 colour channels x 4 after pixel_shuffle(0.5)
+INTERNS1_GRIDS = st.sampled_from([2, 4])
+PATCH_SIDES = st.sampled_from([1, 2])  # interns1's and keye's patch side in pixels
+INTERNS1_TOKEN_FORMS = st.sampled_from(["0d", "1d", "int"])
 
 
 @st.composite
@@ -316,16 +332,16 @@ def _interns1_specs(draw: st.DrawFn, available: Sequence[str], contract: str) ->
     spec = _common(draw, available, contract)
     counts = st.integers(1, 4)
     spec.update(
-        grid=draw(st.sampled_from([2, 4])),
-        patch=draw(st.sampled_from([1, 2])),
+        grid=draw(INTERNS1_GRIDS),
+        patch=draw(PATCH_SIDES),
         image_tiles=draw(st.lists(counts, max_size=3)),
         video_frames=draw(st.lists(counts, max_size=2)),
         images_first=draw(st.booleans()),
         image_token_id=draw(st.integers(1, 200_000)),
         video_token_id=draw(st.integers(1, 200_000)),
         # Lists (num_patches) and ints / 1-D tensors (token ids) were accepted too.
-        field_form=draw(st.sampled_from(["tensor", "list"])) if wide else "tensor",
-        token_form=draw(st.sampled_from(["0d", "1d", "int"])) if wide else "0d",
+        field_form=draw(FIELD_FORMS) if wide else "tensor",
+        token_form=draw(INTERNS1_TOKEN_FORMS) if wide else "0d",
     )
     return spec
 
@@ -395,6 +411,11 @@ PHI4MM_CROP = 448  # Phi4MMImageEncoder.crop_size: image_sizes are in pixels of 
 PHI4MM_FEATURES = 4  # stand-in tower width: mean colour (3) + the patch mask bit
 PHI4MM_MAX_IMAGES = 3  # bounds the per-call sync count (expected_optimized_syncs)
 MASK_DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool}
+PHI4MM_REMAINDERS = st.integers(0, PHI4MM_CROP - 1)
+NO_REMAINDER = st.just(0)
+PHI4MM_MASKS = st.sampled_from(["rectangle", "random"])
+PHI4MM_MASK_DTYPES = st.sampled_from(sorted(MASK_DTYPES))
+PHI4MM_BATCH_AS = st.sampled_from(["engine", "list"])
 
 
 class RecordingNavitTower(nn.Module):
@@ -415,10 +436,11 @@ class RecordingNavitTower(nn.Module):
         return torch.cat([colour, mask], dim=-1)
 
 
+@functools.lru_cache(maxsize=None)  # built once per (side, wide): strategies/common.py says why
 @st.composite
 def _phi4mm_image(draw: st.DrawFn, side: int, wide: bool) -> dict:
     rows, cols = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    remainder = st.integers(0, PHI4MM_CROP - 1) if wide else st.just(0)
+    remainder = PHI4MM_REMAINDERS if wide else NO_REMAINDER
     return {
         "crops": [rows, cols],
         # The processor's mask marks the resized image: a top-left rectangle of
@@ -432,16 +454,16 @@ def _phi4mm_image(draw: st.DrawFn, side: int, wide: bool) -> dict:
 def _phi4mm_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     wide = contract == "wide"
     spec = _common(draw, available, contract)
-    side = draw(st.sampled_from([2, 3, 4] if wide else [2, 4]))  # patches per crop side (32 upstream)
+    side = draw(choice_of([2, 3, 4] if wide else [2, 4]))  # patches per crop side (32 upstream)
     spec.update(
         side=side,
         hidden_size=draw(st.integers(1, 6)),
         images=draw(st.lists(_phi4mm_image(side, wide), min_size=1, max_size=PHI4MM_MAX_IMAGES)),
-        mask=draw(st.sampled_from(["rectangle", "random"])) if wide else "rectangle",
+        mask=draw(PHI4MM_MASKS) if wide else "rectangle",
         # The HF processor builds the mask with torch.zeros (float32).
-        mask_dtype=draw(st.sampled_from(sorted(MASK_DTYPES))) if wide else "float32",
-        field_form=draw(st.sampled_from(["tensor", "list"])) if wide else "tensor",
-        batch_as=draw(st.sampled_from(["engine", "list"])) if wide else "engine",
+        mask_dtype=draw(PHI4MM_MASK_DTYPES) if wide else "float32",
+        field_form=draw(FIELD_FORMS) if wide else "tensor",
+        batch_as=draw(PHI4MM_BATCH_AS) if wide else "engine",
     )
     return spec
 
@@ -550,7 +572,7 @@ def _keye_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dic
     spec = _common(draw, available, contract)
     images = draw(grid_thws(min_size=0, max_size=3, max_t=2 if wide else 1, max_hw=6))
     spec.update(
-        patch=draw(st.sampled_from([1, 2])),
+        patch=draw(PATCH_SIDES),
         text_hidden=draw(st.integers(1, 6)),
         image_grid_thw=images,
         video_grid_thw=draw(grid_thws(min_size=0, max_size=2, max_t=3, max_hw=6)),

@@ -28,6 +28,7 @@ dtype on either side of the bus for the metadata builders.
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -48,6 +49,7 @@ GRID_FORMS = ("tuple", "numpy", "cpu_tensor", "device_tensor")
 # --- shared factories ---------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 def raw_grid_thws(
     *, min_size: int = 0, max_size: int = 4, min_dim: int = 0, max_dim: int = 5
 ) -> st.SearchStrategy[list[list[int]]]:
@@ -59,6 +61,7 @@ def raw_grid_thws(
     return st.lists(st.tuples(dim, dim, dim).map(list), min_size=min_size, max_size=max_size)
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 @st.composite
 def grid_nestings(draw: st.DrawFn, count: int, *, nested: bool = True) -> list:
     """How ``count`` grids are grouped for ``flatten_list``: each entry is a
@@ -83,6 +86,7 @@ def grid_nestings(draw: st.DrawFn, count: int, *, nested: bool = True) -> list:
     return groups
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 def grid_forms(contract: str) -> st.SearchStrategy[dict]:
     """How each grid row reaches the tower: tuples of Python ints (callers), or
     numpy rows / CPU or device tensor rows, or one whole 2-D tensor (wide)."""
@@ -91,6 +95,18 @@ def grid_forms(contract: str) -> st.SearchStrategy[dict]:
     return st.fixed_dictionaries(
         {"form": st.sampled_from(GRID_FORMS), "dtype": int_dtypes(), "whole_tensor": st.booleans()}
     )
+
+
+# Strategies with fixed arguments, built once (strategies/common.py says why).
+WIDE_TOWER_GRIDS = st.one_of(grid_thws(min_size=0, max_size=4, merge=MERGE), raw_grid_thws(max_size=4, min_dim=1))
+WIDE_METADATA_GRIDS = st.one_of(grid_thws(min_size=0, max_size=MAX_VIDEO_ROWS, merge=MERGE),
+                                raw_grid_thws(max_size=MAX_VIDEO_ROWS))
+WIDE_ID_KINDS = st.sampled_from(["computed", "grid", "random"])
+CALLER_ID_KINDS = st.sampled_from(["computed", "grid"])
+ID_PLACES = st.sampled_from(["device", "cpu"])
+WIDE_CU_FORMS = st.sampled_from(["numpy", "cpu_tensor", "device_tensor"])
+GRID_PLACES = st.sampled_from(["cpu", "device"])
+CALLER_MODELS = st.sampled_from(["keye", "keye_vl1_5"])
 
 
 def materialize_grids(grids: list[list[int]], nesting: list, form: dict, device: str) -> Any:
@@ -160,11 +176,10 @@ def _grid_spec(draw: st.DrawFn, contract: str, *, zero_sized: bool) -> dict:
     if wide and zero_sized and draw(st.booleans()):
         grids = draw(raw_grid_thws())
     elif wide:
-        grids = draw(st.one_of(grid_thws(min_size=0, max_size=4, merge=MERGE),
-                               raw_grid_thws(max_size=4, min_dim=1)))
+        grids = draw(WIDE_TOWER_GRIDS)
     else:
         grids = draw(grid_thws(min_size=1, max_size=4, merge=MERGE))
-    form = draw(grid_forms(contract))
+    form = dict(draw(grid_forms(contract)))  # a copy: the caller's st.just dict is shared
     flat = form["whole_tensor"] and form["form"] in ("cpu_tensor", "device_tensor")
     return {"grids": grids, "nesting": draw(grid_nestings(len(grids), nested=not flat)), "grid_form": form}
 
@@ -180,7 +195,7 @@ def _largest_side(grids: list[list[int]]) -> int:
 def _encoder_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     wide = contract == "wide"
     spec = {"device": draw(devices(available)), **_tower_config(draw), **_grid_spec(draw, contract, zero_sized=True)}
-    kind = draw(st.sampled_from(["computed", "grid", "random"] if wide else ["computed", "grid"]))
+    kind = draw(WIDE_ID_KINDS if wide else CALLER_ID_KINDS)
     ids: dict[str, Any] = {"kind": kind}
     if kind == "random":
         largest = _largest_side(spec["grids"])
@@ -194,7 +209,7 @@ def _encoder_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> 
         ids.update(length=length, bound=draw(st.integers(1, max(cap, 1))), seed=draw(st.integers(0, 2**31 - 1)))
     if kind != "computed":
         ids.update(dtype=draw(int_dtypes()) if wide else "int64",
-                   on=draw(st.sampled_from(["device", "cpu"])) if wide else "device")
+                   on=draw(ID_PLACES) if wide else "device")
     spec["position_ids"] = ids
     return spec
 
@@ -256,7 +271,7 @@ def _vision_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> d
     else:
         spec["cu_seqlens"] = running_sum(numels(spec["grids"]))
     spec.update(
-        cu_form=draw(st.sampled_from(["numpy", "cpu_tensor", "device_tensor"])) if wide else "device_tensor",
+        cu_form=draw(WIDE_CU_FORMS) if wide else "device_tensor",
         cu_dtype=draw(int_dtypes()) if wide else "int32",
         use_rope=draw(st.booleans()) if wide else True,
     )
@@ -310,11 +325,10 @@ def _metadata_specs(draw: st.DrawFn, available: Sequence[str], contract: str, vi
         "tower_dtype": draw(float_dtypes()),
     }
     if wide:
-        grids = draw(st.one_of(grid_thws(min_size=0, max_size=MAX_VIDEO_ROWS, merge=MERGE),
-                               raw_grid_thws(max_size=MAX_VIDEO_ROWS)))
-        spec.update(model="any", grid_on=draw(st.sampled_from(["cpu", "device"])), grid_dtype=draw(int_dtypes()))
+        grids = draw(WIDE_METADATA_GRIDS)
+        spec.update(model="any", grid_on=draw(GRID_PLACES), grid_dtype=draw(int_dtypes()))
     else:
-        model = draw(st.sampled_from(["keye", "keye_vl1_5"]))
+        model = draw(CALLER_MODELS)
         if video and model == "keye_vl1_5":
             grids = _split_per_frame(draw(grid_thws(min_size=1, max_size=2, merge=MERGE)))[:MAX_VIDEO_ROWS]
         else:

@@ -29,6 +29,7 @@ raise, so lists are not drawn).
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -40,6 +41,7 @@ from fuzz.targets import Impl
 from strategies.common import (
     FLOAT_DTYPES,
     INT_DTYPES,
+    choice_of,
     devices,
     float_dtypes,
     in_form,
@@ -57,7 +59,15 @@ ENCODER_GRID_FORMS = ("tuples", "nested", "numpy", "cpu_tensor", "device_tensor"
 # ids below max(h, w), or ids past it (0.27.1 sized the table from the ids).
 POSITION_ID_MODES = ("none", "grid", "bounded", "past_grid")
 
+# Strategies with fixed arguments, built once (strategies/common.py says why).
+MERGES = st.sampled_from([1, 2])
+HEAD_DIMS = st.sampled_from([2, 4, 6, 8])
+ATTN_BACKEND_CHOICES = st.sampled_from(ATTN_BACKENDS)
+ENCODER_GRID_FORM_CHOICES = st.sampled_from(ENCODER_GRID_FORMS)
+ID_PLACES = st.sampled_from(["device", "cpu"])
 
+
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 def groupings(count: int) -> st.SearchStrategy[list[int]]:
     """How ``count`` grids are laid out for ``flatten_list``: each entry is
     0 for a bare ``(t, h, w)`` tuple or k >= 1 for a list of k tuples."""
@@ -88,6 +98,7 @@ def _patches(grid: Sequence[int]) -> int:
     return t * h * w
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 @st.composite
 def _wide_grids(draw: st.DrawFn, *, merge: int, max_size: int, allow_empty: bool, degenerate: bool) -> list[list[int]]:
     """Grids for the wide contract: mostly processor-shaped; with ``degenerate``
@@ -105,6 +116,7 @@ def _wide_grids(draw: st.DrawFn, *, merge: int, max_size: int, allow_empty: bool
     return grids
 
 
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
 @st.composite
 def _position_ids(draw: st.DrawFn, device: str, past_grid: bool) -> dict:
     """The wide contract's explicit ids (see POSITION_ID_MODES)."""
@@ -112,9 +124,9 @@ def _position_ids(draw: st.DrawFn, device: str, past_grid: bool) -> dict:
     if device.startswith("cuda") or not past_grid:
         modes.remove("past_grid")
     return {
-        "ids": draw(st.sampled_from(modes)),
+        "ids": draw(choice_of(modes)),
         "ids_dtype": draw(int_dtypes()),
-        "ids_on": draw(st.sampled_from(["device", "cpu"])),
+        "ids_on": draw(ID_PLACES),
         "ids_past": draw(st.integers(1, 3)),
     }
 
@@ -124,20 +136,20 @@ def _encoder_specs(draw: st.DrawFn, available: Sequence[str], contract: str, kno
     wide = contract == "wide"
     device = draw(devices(available))
     if wide:
-        merge = draw(st.sampled_from([1, 2]))
+        merge = draw(MERGES)
         grids = draw(_wide_grids(merge=merge, max_size=3, allow_empty=True, degenerate=known_findings))
     else:
         grids = draw(grid_thws(min_size=1, max_size=1, merge=2))
     spec = {
         "device": device,
         "num_heads": draw(st.integers(1, 2)),
-        "head_dim": draw(st.sampled_from([2, 4, 6, 8])),
+        "head_dim": draw(HEAD_DIMS),
         "num_layers": draw(st.integers(1, 2)),
-        "attn_backend": draw(st.sampled_from(ATTN_BACKENDS)),
+        "attn_backend": draw(ATTN_BACKEND_CHOICES),
         "embeds_dtype": draw(float_dtypes()),
         "seed": draw(st.integers(0, 2**31 - 1)),
         "grids": grids,
-        "grid_form": draw(st.sampled_from(ENCODER_GRID_FORMS)) if wide else "tuples",
+        "grid_form": draw(ENCODER_GRID_FORM_CHOICES) if wide else "tuples",
         "grid_dtype": draw(int_dtypes()) if wide else "int64",
         "cu_seqlens": _running_sum([_patches(g) for g in grids]),
         "cu_form": draw(tensor_forms()) if wide else "device_tensor",
@@ -259,7 +271,7 @@ ENCODER_INPUTS_WITHOUT_FINDINGS = PaddleOCREncoderInputs(known_findings=False)
 def _encode_image_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     wide = contract == "wide"
     if wide:
-        grids = draw(_wide_grids(merge=draw(st.sampled_from([1, 2])), max_size=3, allow_empty=False, degenerate=True))
+        grids = draw(_wide_grids(merge=draw(MERGES), max_size=3, allow_empty=False, degenerate=True))
     else:
         grids = draw(grid_thws(min_size=1, max_size=3, merge=2))
     return {

@@ -107,20 +107,30 @@ def _values(name: str | None, kind: str | None, count: int) -> st.SearchStrategy
     return st.lists(_elements(name, kind), min_size=count, max_size=count)
 
 
+# The wide model's fixed choices, built once (strategies/common.py says why).
+_NDIMS = _choice((1, 2, 0, 3))
+_DIM_SIZES = _choice(_DIMS)
+_LIST_KINDS = _choice(("int", "float", "bool", "mixed"))
+_NUMPY_SOURCE_DTYPES = _choice(NUMPY_DTYPES)
+_TORCH_SOURCE_DTYPES = _choice(tuple(TORCH_DTYPES))
+_TARGET_DTYPES = _choice((None, *TORCH_DTYPES))
+_CALL_CHOICES = _choice(_CALL_WEIGHTS)
+
+
 @st.composite
 def _wide_specs(draw: st.DrawFn, available: Sequence[str]) -> dict:
     device = draw(_choice(tuple(available)))
     on_cuda = device.startswith("cuda")
     form = draw(_choice(tuple(f for f in WIDE_FORMS if on_cuda or f not in CUDA_ONLY_FORMS)))
     # 1-D first (it shrinks there); 0-d is a bare scalar or a 0-d array; a 0 makes it empty.
-    ndim = draw(_choice((1, 2, 0, 3)))
-    shape = [draw(_choice(_DIMS)) for _ in range(ndim)]
+    ndim = draw(_NDIMS)
+    shape = [draw(_DIM_SIZES) for _ in range(ndim)]
     if form == "list":
-        src_dtype, kind = None, draw(_choice(("int", "float", "bool", "mixed")))
+        src_dtype, kind = None, draw(_LIST_KINDS)
         ragged = ndim >= 2 and shape[0] >= 2 and shape[1] >= 1
         layouts = [lay for lay in LIST_LAYOUTS if lay == "nested" or ragged]
     else:
-        src_dtype, kind = draw(_choice(NUMPY_DTYPES if form == "numpy" else tuple(TORCH_DTYPES))), None
+        src_dtype, kind = draw(_NUMPY_SOURCE_DTYPES if form == "numpy" else _TORCH_SOURCE_DTYPES), None
         layouts = ["contiguous", "offset"] + (["transposed"] if ndim >= 2 else [])
         layouts += (["strided", "expanded"] if ndim >= 1 else []) + (["negative"] if form == "numpy" and ndim else [])
     count = int(np.prod(shape, dtype=np.int64))
@@ -131,8 +141,8 @@ def _wide_specs(draw: st.DrawFn, available: Sequence[str]) -> dict:
         "shape": shape,
         "layout": draw(_choice(tuple(layouts))),
         "values": draw(_values(src_dtype, kind, count)),
-        "dtype": draw(_choice((None, *TORCH_DTYPES))),
-        "call": draw(_choice(_CALL_WEIGHTS)),
+        "dtype": draw(_TARGET_DTYPES),
+        "call": draw(_CALL_CHOICES),
     }
 
 

@@ -19,6 +19,7 @@ host rows and of the stale device rows.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import torch
@@ -30,24 +31,35 @@ from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, seeded_floats
 _DTYPES = {**INT_DTYPES, **FLOAT_DTYPES, "bool": torch.bool}
 _NO_NUMPY = {"bfloat16"}  # CpuGpuBuffer refuses with_numpy=True for these
 
+# Strategies with fixed arguments, built once (strategies/common.py says why).
+DTYPE_NAMES = st.sampled_from(sorted(_DTYPES))
+PIN_MEMORY_CHOICES = st.sampled_from(["default", False])
+CUDA_PIN_MEMORY_CHOICES = st.sampled_from(["default", False, True])  # pinning needs CUDA
+
+
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
+def _copy_lengths(low: int, high: int) -> st.SearchStrategy[int | None]:
+    """``n`` for ``copy_to_gpu(n)``: no argument, or a row count in ``[low, high]``."""
+    return st.none() | st.integers(low, high)
+
 
 @st.composite
 def _buffer_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     device = draw(devices(available))
     rows = draw(st.integers(1, 12))
     size = [rows, *draw(st.lists(st.integers(1, 5), max_size=2))]
-    dtype = draw(st.sampled_from(sorted(_DTYPES)))
-    pins: list[Any] = ["default", False] + ([True] if "cuda" in available else [])
+    dtype = draw(DTYPE_NAMES)
+    pins = CUDA_PIN_MEMORY_CHOICES if "cuda" in available else PIN_MEMORY_CHOICES
     with_numpy = False if dtype in _NO_NUMPY else draw(st.booleans())
     if contract == "caller":
-        n = draw(st.none() | st.integers(0, rows))
+        n = draw(_copy_lengths(0, rows))
     else:
-        n = draw(st.none() | st.integers(-rows - 2, rows + 3))
+        n = draw(_copy_lengths(-rows - 2, rows + 3))
     return {
         "device": device,
         "size": size,
         "dtype": dtype,
-        "pin_memory": draw(st.sampled_from(pins)),
+        "pin_memory": draw(pins),
         "with_numpy": with_numpy,
         "n": n,
         "seed": draw(st.integers(0, 2**31 - 1)),

@@ -34,6 +34,16 @@ def test_bench_writes_every_row_it_measured(tmp_path, monkeypatch):
     assert {"bare_s", "fuzz_s", "overhead", "round_s", "fraction_of_limit"} <= set(row)
 
 
+def test_bench_splits_an_examples_time_and_bounds_the_round_rate(tmp_path, monkeypatch):
+    out = tmp_path / "bench.json"
+    _bench(monkeypatch, "--device", "cpu", "--parts", "s", "--examples", "8", "--target", "fla-chunk-offsets",
+           "--json", str(out))
+    (row,) = json.loads(out.read_text())["s"]
+    assert {"hypothesis_s", "materialize_s", "calls_s", "compare_s", "oracles_s", "bookkeeping_s"} <= set(row)
+    assert row["choices_per_spec"] >= 1  # an fla spec draws at least its cu_seqlens list and chunk size
+    assert 0 < row["bound"] < 1 and row["us_per_choice"] > 0
+
+
 def test_bench_scaling_under_a_budget_reports_the_rate_per_budget_second(tmp_path, monkeypatch):
     """Part c with --budget, on a stand-in `fuzz run`: 1 worker fuzzes 30
     examples, 2 workers 45 (each worker busy 2.5 s)."""

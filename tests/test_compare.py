@@ -179,3 +179,42 @@ def test_layout_must_be_a_bool():
     with pytest.raises(HarnessError):
         Comparison("exact", layout="yes")
     assert LAYOUT.as_json() == {"floats": "exact", "integers": "exact", "layout": True}
+
+
+# -- outputs no oracle can tell apart (fuzz.execute asks the oracles once for them) --
+
+@pytest.mark.parametrize("legacy, optimized, same", [
+    ([T([1.0, float("nan")]), {"a": 3}], [T([1.0, float("nan")]), {"a": 3}], True),
+    (T([1.0]), T([1.0 + 1e-7]), False),  # close enough for assert_close, not the same bits
+    (ROW_MAJOR, COLUMN_MAJOR, False),  # the same values in another layout
+    (T([1], dtype=torch.int32), T([1]), False),
+])
+def test_same_exactly_means_bitwise_values_and_layout(legacy, optimized, same):
+    from fuzz.compare import same_exactly
+
+    assert same_exactly(legacy, optimized) is same
+
+
+def test_judge_does_not_compare_values_known_equal_but_still_judges_syncs(monkeypatch):
+    import fuzz.compare as compare
+
+    monkeypatch.setattr(compare, "compare_values", lambda *args: pytest.fail("compared again"))
+    assert judge(_ok(T([1]), 2), _ok(T([1]), 3), CLOSE, 0, known_equal=True)[0] is Verdict.SYNC_REGRESSION
+    assert judge(_ok(T([1])), _ok(T([1])), CLOSE, None, known_equal=True) == (Verdict.AGREE, [])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("scale", [0.0, 1e-7, 1e-5, 1e-3, 1e-2, 1e-1])
+def test_the_fast_closeness_check_passes_exactly_what_assert_close_passes(dtype, scale):
+    from fuzz.compare import _close_fast
+
+    generator = torch.Generator().manual_seed(int(scale * 1e7) + 1)
+    a = torch.randn(64, generator=generator).to(dtype)
+    b = (a.double() * (1 + scale * torch.randn(64, generator=generator).double())).to(dtype)
+    a[3], b[3] = float("nan"), float("nan")  # NaN against NaN passes both
+    try:
+        torch.testing.assert_close(b, a, equal_nan=True)
+        passes = True
+    except AssertionError:
+        passes = False
+    assert _close_fast(a, b) is passes

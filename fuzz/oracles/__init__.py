@@ -78,6 +78,25 @@ def _resolve(path: str) -> Any:
     return resolve_object(path)
 
 
+def per_spec(function: Callable[[dict], Any]) -> Callable[[dict], Any]:
+    """``function(spec)`` computed once per example: an example's invariants, on
+    both sides, and its reference often derive the same inputs from the spec
+    (the coordinates the input model builds, a seeded table). The latest spec's
+    value is kept, keyed by the spec's ``repr`` (specs are small JSON-like
+    dicts); callers share it, so they must not modify it in place."""
+    last: list[Any] = [None, None]
+
+    @functools.wraps(function)
+    def cached(spec: dict) -> Any:
+        key = repr(spec)
+        if last[0] != key:
+            last[1] = function(spec)
+            last[0] = key
+        return last[1]
+
+    return cached
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())[:500]
 

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fuzz.oracles import Reference
+from fuzz.oracles import Reference, per_spec
 from strategies.common import FLOAT_DTYPES, seeded_floats
 from strategies.glm4_1v import _coords
 
@@ -54,6 +54,7 @@ _SLACK = 1e-4  # absolute: grid_sample's own float32 error (< 5e-6 measured) wit
 # -- shared helpers: the inputs as the input model builds them, on the CPU ----------------------------------
 
 
+@per_spec
 def _weights(spec: dict) -> torch.Tensor:
     orig, hidden = spec["orig_size"], spec["hidden_size"]
     return seeded_floats((orig * orig, hidden), spec["weight_dtype"], spec["seed"], "cpu")
@@ -78,6 +79,7 @@ def _block_shapes(spec: dict) -> list[tuple[int, int]]:
     return [(shapes[i % len(shapes)][1], shapes[i % len(shapes)][2]) for i in range(len(spec["lengths"]))]
 
 
+@per_spec
 def _token_keys(spec: dict) -> list[tuple[int, int, int, int]] | None:
     """``(target_h, target_w, h, w)`` per token, from the DP cycling and the coordinates;
     None where a coordinate falls outside its target grid (the meaning -- reading the
@@ -143,9 +145,16 @@ def _position_parts(spec: dict, output: Any) -> tuple[torch.Tensor, torch.Tensor
     if keys is None or problem or _shape_problem(tensor, len(keys), spec):
         # Shape and type are embeddings_shape_follows_tokens' to report.
         return torch.empty(0), torch.empty(0), [], "skip"
-    embeddings = seeded_floats((len(keys), spec["hidden_size"]), spec["weight_dtype"], spec["seed"] + 2, "cpu")
+    embeddings = _embeddings64(spec)
     got = tensor.double()
-    return got - embeddings.double(), got.abs() + embeddings.double().abs(), keys, None
+    return got - embeddings, got.abs() + embeddings.abs(), keys, None
+
+
+@per_spec
+def _embeddings64(spec: dict) -> torch.Tensor:
+    """The ``embeddings`` argument the input model drew, float64, on the CPU."""
+    tokens = sum(spec["lengths"])
+    return seeded_floats((tokens, spec["hidden_size"]), spec["weight_dtype"], spec["seed"] + 2, "cpu").double()
 
 
 def embeddings_cycle_image_shapes(spec: dict, output: Any) -> str | None:
@@ -157,18 +166,21 @@ def embeddings_cycle_image_shapes(spec: dict, output: Any) -> str | None:
     parts, scale, keys, skip = _position_parts(spec, output)
     if skip:
         return None
-    eps, first = _EPS[spec["weight_dtype"]], {}
-    for token, key in enumerate(keys):
-        if key not in first:
-            first[key] = token
-            continue
-        other = first[key]
-        tolerance = eps * (scale[token] + scale[other]) + _SLACK
-        if bool(((parts[token] - parts[other]).abs() > tolerance).any()):
-            return (f"tokens {other} and {token} share target grid {key[:2]} and patch {key[2:]} but get "
-                    f"different position embeddings (lengths={spec['lengths']}, "
-                    f"image_shapes={spec['image_shapes']})")
-    return None
+    if not keys:
+        return None
+    # Each token against the first token with its key, all at once; the first token
+    # (in order) that differs is reported.
+    first: dict = {}
+    firsts = torch.tensor([first.setdefault(key, token) for token, key in enumerate(keys)])
+    tolerance = _EPS[spec["weight_dtype"]] * (scale + scale[firsts]) + _SLACK
+    bad = ((parts - parts[firsts]).abs() > tolerance).any(dim=-1)
+    if not bool(bad.any()):
+        return None
+    token = int(bad.nonzero()[0, 0])
+    key, other = keys[token], int(firsts[token])
+    return (f"tokens {other} and {token} share target grid {key[:2]} and patch {key[2:]} but get "
+            f"different position embeddings (lengths={spec['lengths']}, "
+            f"image_shapes={spec['image_shapes']})")
 
 
 def embeddings_identity_grid_reads_the_table(spec: dict, output: Any) -> str | None:
@@ -182,7 +194,7 @@ def embeddings_identity_grid_reads_the_table(spec: dict, output: Any) -> str | N
     rows = [t for t, (height, width, _, _) in enumerate(keys) if (height, width) == (orig, orig)]
     if not rows:
         return None
-    want = torch.stack([table[keys[t][2] * orig + keys[t][3]] for t in rows])
+    want = table[[keys[t][2] * orig + keys[t][3] for t in rows]]
     bad = _far(parts[rows], want, scale[rows], _EPS[spec["weight_dtype"]])
     if bad is None:
         return None
@@ -204,8 +216,13 @@ def _embeddings_expected(spec: dict) -> dict | None:
         # half dtypes with a per-element rounding bound.
         return expected
     cache: dict = {}
-    rows = [_resampled(spec, height, width, cache)[:, hc, wc] for height, width, hc, wc in keys]
-    position = torch.stack(rows) if rows else torch.zeros(0, spec["hidden_size"], dtype=torch.float64)
+    position = torch.zeros(len(keys), spec["hidden_size"], dtype=torch.float64)
+    by_grid: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for token, (height, width, hc, wc) in enumerate(keys):
+        by_grid.setdefault((height, width), []).append((token, hc, wc))
+    for (height, width), members in by_grid.items():  # each token reads its grid at its patch
+        tokens, hcs, wcs = (list(column) for column in zip(*members))
+        position[tokens] = _resampled(spec, height, width, cache)[:, hcs, wcs].T
     embeddings = seeded_floats((len(keys), spec["hidden_size"]), "float32", spec["seed"] + 2, "cpu")
     expected["values"] = embeddings + position.float()
     return expected
@@ -288,7 +305,7 @@ def pos_embeds_identity_grid_reads_the_table(spec: dict, output: Any) -> str | N
         if (h, w) != (orig, orig):
             continue
         order = _merge_order(h, w, spec["merge"])
-        want = torch.stack([table[r * orig + c] for r, c in order])
+        want = table[[r * orig + c for r, c in order]]
         got = images[index][1][0].double()
         bad = _far(got, want, want.abs(), eps)
         if bad is not None:
@@ -303,9 +320,9 @@ def _pos_embeds_expected(spec: dict) -> torch.Tensor | None:
     cache: dict = {}
     blocks = []
     for t, h, w in spec["grid_thw"]:
-        grid = _resampled(spec, h, w, cache)
-        frame = [grid[:, r, c] for r, c in _merge_order(h, w, spec["merge"])]
-        blocks.extend([torch.stack(frame)] * t)
+        order = _merge_order(h, w, spec["merge"])
+        rows, columns = [r for r, _ in order], [c for _, c in order]
+        blocks.extend([_resampled(spec, h, w, cache)[:, rows, columns].T] * t)
     # grid_sample ran in float32, then the result went to the tower's dtype.
     return torch.cat(blocks).float().to(FLOAT_DTYPES[spec["weight_dtype"]])
 

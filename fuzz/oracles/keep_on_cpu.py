@@ -219,9 +219,9 @@ def _interns1_tile_features(tile: torch.Tensor, grid: int, patch: int) -> list[l
     ``pixel_shuffle(scale_factor=0.5)``: token ``(a, b)`` of the half-size grid
     holds, for ``i, j`` in 0..1 and each channel, block ``(2a + i, 2b + j)``'s
     colour at channel index ``(2 i + j) * 3 + c``."""
-    pixels = tile.double()
-    pooled = [[[pixels[c, r * patch:(r + 1) * patch, s * patch:(s + 1) * patch].mean().item()
-                for s in range(grid)] for r in range(grid)] for c in range(3)]
+    # pooled[c][r][s]: the mean of block (r, s) of channel c, in float64 (one
+    # reshape, then plain lists: a .item() per block cost more than the calls).
+    pooled = tile.double().reshape(3, grid, patch, grid, patch).mean(dim=(2, 4)).tolist()
     rows = []
     for a in range(grid // 2):
         for b in range(grid // 2):

