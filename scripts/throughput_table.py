@@ -40,7 +40,8 @@ def main(argv: list[str]) -> None:
               f"under 0.5: {sum(f < 0.5 for f in fractions)} of {len(fractions)}; overhead median "
               f"{statistics.median(overheads):.2f}x, over 1.0x: {sum(o > 1.0 for o in overheads)} of {len(overheads)}")
     speedups = [before[n]["fuzz_s"] / after[n]["fuzz_s"] for n in after]
-    print(f"\nspeed-up of the fuzzer, median {statistics.median(speedups):.2f}x ({min(speedups):.2f}-{max(speedups):.2f}x)")
+    print(f"\nspeed-up of the fuzzer, median {statistics.median(speedups):.2f}x "
+          f"({min(speedups):.2f}-{max(speedups):.2f}x)")
 
 
 if __name__ == "__main__":
