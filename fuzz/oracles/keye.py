@@ -491,28 +491,33 @@ def keye_metadata_position_ids_follow_grid(spec: dict, output: Any) -> str | Non
     row-major in every frame of every grid row (``torch.arange(numel) %
     np.prod(thw_tuple[1:])``), one per patch, an integer tensor on the pixels'
     device (the embeddings' ``packing_position_embedding(position_ids)``)."""
-    return _tower_ids_problem(spec, output, "position_ids", packing_ids(_metadata_grids(spec)), "the grids give")
+    kwargs, problem = _tower_kwargs(output)
+    if problem:
+        return problem
+    ids = kwargs.get("position_ids")
+    problem = tensor_problem(ids, "position_ids", device=device_type(spec), integer=True, ndim=1)
+    if problem:
+        return problem
+    expected = packing_ids(_metadata_grids(spec))
+    if ids.tolist() != expected:
+        return f"position_ids {describe(ids.tolist())}, the grids give {describe(expected)}"
+    return None
 
 
 def keye_metadata_sample_indices_name_rows(spec: dict, output: Any) -> str | None:
     """``sample_indices`` names, for every patch, the grid row it belongs to
     (``torch.full((numel,), idx)`` per row ``idx``, in order): an integer
     tensor on the pixels' device, one entry per patch."""
-    return _tower_ids_problem(spec, output, "sample_indices", row_indices(_metadata_grids(spec)),
-                              "the grid rows give")
-
-
-def _tower_ids_problem(spec: dict, output: Any, key: str, expected: list[int], source: str) -> str | None:
-    """The tower's ``key`` is a 1-D integer tensor on the pixels' device holding ``expected``."""
     kwargs, problem = _tower_kwargs(output)
     if problem:
         return problem
-    ids = kwargs.get(key)
-    problem = tensor_problem(ids, key, device=device_type(spec), integer=True, ndim=1)
+    indices = kwargs.get("sample_indices")
+    problem = tensor_problem(indices, "sample_indices", device=device_type(spec), integer=True, ndim=1)
     if problem:
         return problem
-    if ids.tolist() != expected:
-        return f"{key} {describe(ids.tolist())}, {source} {describe(expected)}"
+    expected = row_indices(_metadata_grids(spec))
+    if indices.tolist() != expected:
+        return f"sample_indices {describe(indices.tolist())}, the grid rows give {describe(expected)}"
     return None
 
 
