@@ -1,8 +1,11 @@
-"""Command line: ``python -m fuzz list | run | replay`` (interfaces in docs/design.md).
+"""syncfuzz's command line: differential fuzzing of legacy vs optimized copies (docs/design.md).
 
-Exit codes: 0 no divergence, 1 divergence (or any failing verdict) found,
-2 usage or input error -- one line on stderr naming the problem and the fix.
-A fuzzer bug is reported as such, also with exit code 2.
+Subcommands: list, run, replay, merge-reports, selftest, provenance, sources, new-target.
+
+Exit codes: 0 no failure, 1 a failing verdict found (or a replayed failure still fails), 2 usage or input
+error -- one line on stderr naming the problem and the fix, before any work -- or a fuzzer bug, 3 incomplete
+(some target x device ran no example, could not be built, or a check asked for could not run), 128 + N
+stopped by signal N (the report of what finished is still written: fuzz/interrupts.py).
 """
 
 from __future__ import annotations
@@ -12,20 +15,31 @@ import json
 import math
 import os
 import random
+import re
+import shutil
 import sys
 import time
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
 from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError, UsageError
-from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Interrupted, Report, TargetEntry
+from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Interrupted, Report, TargetEntry
 from fuzz.packs import add_parser as add_sources_parser
 from fuzz.packs import cmd_sources
-from fuzz.preflight import check_corpus, check_output, check_outputs
+from fuzz.preflight import (
+    check_corpus,
+    check_environment,
+    check_no_collisions,
+    check_output,
+    check_outputs,
+    check_overwrite,
+)
 from fuzz.provenance import add_parser as add_provenance_parser
 from fuzz.provenance import cmd_provenance
+from fuzz.report import closing_line
 from fuzz.scaffold import add_parser as add_new_target_parser
 from fuzz.scaffold import cmd_new_target
 from fuzz.targets import CONTRACTS
@@ -86,6 +100,7 @@ def _budget(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m fuzz", description=__doc__.splitlines()[0], epilog=EXIT_CODES_HELP)
+    parser.add_argument("--version", action="version", version=_version_line())
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     listing = commands.add_parser("list", help="list the targets")
@@ -128,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", choices=sorted(PROFILES),
                      help="premerge: seed 0, 100 examples/target, deterministic; nightly: 1 h budget, "
                           "seed rotating daily (explicit flags win)")
+    run.add_argument("--keep-journals", type=_positive_int, default=DEFAULT_KEEP_JOURNALS, metavar="N",
+                     help=f"keep the journal folders of the last N runs in the corpus, this one included "
+                          f"(default {DEFAULT_KEEP_JOURNALS}); older ones are deleted as the run starts, never a "
+                          "live run's")
     run.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                      help="pytest-xdist workers (one GPU each, round-robin); 1 runs here")
     run.add_argument("--pieces", type=_positive_int, default=1, metavar="K",
@@ -161,12 +180,21 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--junit", metavar="FILE")
 
     replay = commands.add_parser("replay", help="re-run a saved failure in a fresh process")
-    replay.add_argument("file", metavar="FILE")
+    replay.add_argument("file", metavar="FILE|DIR",
+                        help="a repro file, or a folder (e.g. fuzz-corpus/failures): every *.json in it, in a table")
     replay.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the saved one")
     add_provenance_parser(commands)
     add_new_target_parser(commands)
     add_sources_parser(commands)
     return parser
+
+
+def _version_line() -> str:
+    """syncfuzz's version and the code tree it runs (no torch import: --version answers at once)."""
+    from fuzz.versions import FUZZ_VERSION, code_tree
+
+    tree = code_tree()
+    return f"syncfuzz {FUZZ_VERSION} (code {tree['code_sha256']}, {tree['root']}; python {sys.version.split()[0]})"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -225,6 +253,66 @@ def _validate_run(args: argparse.Namespace) -> None:
     if args.example_timeout < MIN_EXAMPLE_TIMEOUT:
         raise UsageError(f"--example-timeout {args.example_timeout:g} s is shorter than one example can take (the "
                          f"first CUDA call loads kernels); use {MIN_EXAMPLE_TIMEOUT:g} or more")
+    _check_workers(args.workers)
+
+
+def _check_run_collisions(args: argparse.Namespace, outputs: dict[str, Path]) -> None:
+    """No output of the run replaces another, --known-issues, a side's wheel or anything the corpus keeps."""
+    from fuzz.preflight import refuse_empty
+    from fuzz.provenance.sources import release_version
+
+    refuse_empty({"--known-issues": args.known_issues})  # "" was silently no known issues at all
+    inputs: dict[str, Path | list[Path]] = {"--known-issues": [Path(args.known_issues)] if args.known_issues else []}
+    for role in ("legacy", "optimized"):
+        spec = getattr(args, role)
+        if spec != "copy" and spec.strip() and release_version(spec) is None:
+            inputs[f"--{role}"] = Path(spec).expanduser()
+    corpus = Path(args.corpus) if args.corpus.strip() else None
+    check_no_collisions({f"--{name}": path for name, path in outputs.items()}, inputs, corpus)
+
+
+# Resident memory of one --workers worker: its pytest-xdist process and the isolated fuzz
+# process it runs the items in. Peak RSS measured in `fuzz run --device cpu --workers 2
+# --budget 60` (2-core host, 2026-12-01): xdist workers 235 MiB each, their fuzz processes
+# 349 and 399 MiB. A CUDA worker's context adds to this; on the H200 hosts memory is not the cap.
+MEMORY_PER_WORKER_MIB = 640
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (a pinned or containerised run sees its own share)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def available_memory_mib() -> int | None:
+    """MemAvailable of /proc/meminfo in MiB; None where it cannot be read (not Linux): no memory cap."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _check_workers(workers: int) -> None:
+    """--workers N within what the host can run: N <= its cores, since the examples are CPU-bound
+    (more workers only share the cores and each pays its start-up), and N x a worker's measured
+    memory <= the memory available. One worker runs in this process and is always allowed."""
+    if workers <= 1:
+        return
+    cores, memory = usable_cores(), available_memory_mib()
+    by_memory = None if memory is None else max(memory // MEMORY_PER_WORKER_MIB, 1)
+    if by_memory is not None and by_memory < min(workers, cores):
+        raise UsageError(f"--workers {workers}: this host has {memory} MiB of memory available and a worker takes "
+                         f"about {MEMORY_PER_WORKER_MIB} MiB, so at most {by_memory} fit; use --workers {by_memory} "
+                         "or fewer")
+    if workers > cores:
+        raise UsageError(f"--workers {workers} is more than the {cores} CPU core(s) this process may use; the "
+                         f"examples are CPU-bound, so extra workers only share the cores; use --workers {cores} "
+                         "or fewer")
 
 
 # A watchdog shorter than this would call ordinary examples hangs.
@@ -234,9 +322,24 @@ MIN_EXAMPLE_TIMEOUT = 1.0
 # that confirm each failure (fresh processes, a few seconds each).
 CONFIRM_SHARE = 0.1
 
-# Below this share an item cannot be expected to run an example: a worker's
-# start-up (torch import, CUDA context) and Hypothesis' set-up come first.
+# Below this share an item cannot be expected to run an example: its target's Hypothesis set-up and
+# first example come first (measured in a warm process on the 2-core host: 0.003-0.19 s per target).
 MIN_SECONDS_PER_ITEM = 0.5
+
+# Start-up paid inside the first item's share on each worker, so a budget that leaves less leaves
+# that item untested (exit 3). Measured on the 2-core host, 2026-12-01, 3 trials each:
+# an isolated fuzz worker (torch and fuzz imports, its first target's first example) 1.8-2.1 s;
+# `--workers 2`: the pytest controller and each xdist worker up to its first item 1.85-2.33 s, then
+# that worker's fuzz process 1.8-2.1 s. A --budget 30 run of the 22 targets (1.23 s a share) left
+# glm4v-embeddings untested. --in-process pays neither: torch is imported before the fuzzing starts.
+# 2.0 s (the isolated maximum) was not enough under --workers 2, where two fuzz processes start at once
+# on the 2 cores: --budget 34 left keye-encoder-rope 0.45 s after start-up, and no example. 2.5 s is
+# that case with room: --budget 74 (one worker) then tested all 22 targets. Under --workers 2 the
+# first item on each worker still had only 0.4-0.7 s after its start-up at --budget 40 (load ~1.8 from
+# other jobs) and ran no example: there a worker's start and first example are taken as 4.0 s.
+WORKER_START_SECONDS = 2.5
+XDIST_START_SECONDS = 2.5
+XDIST_WORKER_START_SECONDS = 4.0
 
 
 def _fuzz_seconds(budget: float, confirm: int) -> float:
@@ -244,14 +347,40 @@ def _fuzz_seconds(budget: float, confirm: int) -> float:
     return budget * (1 - CONFIRM_SHARE) if confirm else budget
 
 
-def _check_budget(budget: float | None, items: int, workers: int, confirm: int) -> None:
+def _start_seconds(workers: int, isolated: bool) -> tuple[float, float]:
+    """(before the first items start, inside each worker's first item): the start-up a run pays."""
+    if workers > 1:
+        return XDIST_START_SECONDS, XDIST_WORKER_START_SECONDS
+    return 0.0, WORKER_START_SECONDS if isolated else 0.0
+
+
+def min_budget(items: int, workers: int, confirm: int, isolated: bool = True) -> int:
+    """The smallest whole --budget whose shares let every worker's first item run an example.
+
+    Shares are packed (fuzz.budget): ``ceil(items / workers)`` rounds of equal shares out of the
+    fuzzing seconds left once the workers are up, and the first item on each worker also pays its
+    fuzz process' start-up. A constant per start and per item, not a live measurement: the same
+    command is refused or accepted on every machine, however loaded."""
+    return math.ceil(_min_budget_seconds(items, workers, confirm, isolated) - 1e-9)
+
+
+def _min_budget_seconds(items: int, workers: int, confirm: int, isolated: bool) -> float:
+    before, inside = _start_seconds(workers, isolated)
+    fuzzing = before + math.ceil(items / workers) * (inside + MIN_SECONDS_PER_ITEM)
+    return fuzzing / (1 - CONFIRM_SHARE) if confirm else fuzzing
+
+
+def _check_budget(budget: float | None, items: int, workers: int, confirm: int, isolated: bool = True) -> None:
     if budget is None or not items:
         return
-    share = _fuzz_seconds(budget, confirm) * workers / items
-    if share < MIN_SECONDS_PER_ITEM:
-        needed = math.ceil(MIN_SECONDS_PER_ITEM * items / workers / (_fuzz_seconds(budget, confirm) / budget))
+    if budget < _min_budget_seconds(items, workers, confirm, isolated) - 1e-9:
+        needed = min_budget(items, workers, confirm, isolated)
+        before, inside = _start_seconds(workers, isolated)
+        share = _fuzz_seconds(budget, confirm) / math.ceil(items / workers)
+        start = (f", of which the first item on each worker spends {before + inside:g} s starting it (torch import, "
+                 "first example)" if inside else "")
         raise UsageError(f"--budget {budget:g} s gives each of the {items} items {share:.2f} s with {workers} "
-                         f"worker(s), too little to run an example; use --budget {needed:g} or more, or fewer "
+                         f"worker(s){start}, too little to run an example; use --budget {needed} or more, or fewer "
                          "--target/--pieces")
 
 
@@ -270,21 +399,52 @@ def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) ->
         legacy=args.legacy, optimized=args.optimized, sources=tuple(args.sources))
 
 
+@dataclass
+class _RunState:
+    """What a run has so far: an interrupt in any phase reports from it (fuzz/interrupts.py)."""
+
+    outputs: dict[str, Path]
+    fallback: Path | None
+    config: RunConfig | None = None
+    known: list[dict] = field(default_factory=list)
+    entries: list[TargetEntry] = field(default_factory=list)  # finished: fuzzed items, cannot-build targets
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from fuzz.interrupts import guard_signals, interrupted_by
+
+    _apply_profile(args)
+    _validate_run(args)
+    outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit})
+    _check_run_collisions(args, outputs)
+    state = _RunState(outputs, fallback=Path(args.corpus) / "reports" if args.corpus.strip() else None)
+    # From here on, SIGTERM/SIGINT in any phase still writes the report of what finished.
+    with guard_signals():
+        try:
+            return _run(args, state)
+        except Interrupted as stop:
+            return _finish_interrupted(stop, state)
+        except KeyboardInterrupt:  # between the phases' own handlers: report what the state holds
+            return _finish_interrupted(Interrupted(state.entries, interrupted_by()), state)
+
+
+def _run(args: argparse.Namespace, state: _RunState) -> int:
+    """set-up, fuzzing, confirmation, writing (fuzz/interrupts.py names the phases)."""
     from fuzz.devices import resolve_devices
+    from fuzz.interrupts import enter
     from fuzz.plan import parse_shard, plan
     from fuzz.targets import lookup
     from fuzz.triage import load_known_issues
 
-    _apply_profile(args)
-    _validate_run(args)
+    enter("set-up")
     _resolve_sides(args)
     targets = lookup(args.target)
     devices = resolve_devices(args.device)
     shard = parse_shard(args.shard)
-    known = load_known_issues(Path(args.known_issues), known_targets()) if args.known_issues else []
+    state.known = load_known_issues(Path(args.known_issues), known_targets()) if args.known_issues else []
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     config = run_config(args, devices, seed)
+    state.config = config
     unbuilt = _unbuildable(targets, config, quiet=args.quiet)
     buildable = [t for t in targets if t.name not in {e.name for e in unbuilt}]
     items = plan(buildable, seed=seed, pieces=args.pieces, max_examples=args.max_examples, shard=shard)
@@ -292,30 +452,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         planned = len(targets) * args.pieces
         raise UsageError(f"--shard {args.shard} leaves no item: the run plans {planned} (targets x --pieces); "
                          f"use a shard count of at most {planned}, or more --pieces")
-    _check_budget(args.budget, len(items), args.workers, args.confirm)
-    outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit})
+    _check_budget(args.budget, len(items), args.workers, args.confirm, isolated=not args.in_process)
     corpus = check_corpus(args.corpus)
+    state.entries = list(unbuilt)
     if "cuda" not in devices:
         print("[fuzz] sync counting skipped: no CUDA device in this run (syncs are a GPU-only oracle)", file=sys.stderr)
-    from fuzz.orchestrate import stop_on_signals
 
     started = time.monotonic()
     # Confirmation replays fit inside --budget: the fuzzing gets the rest.
     seconds = None if args.budget is None else _fuzz_seconds(args.budget, args.confirm)
+    order = [t.name for t in targets]
+
+    def in_order(found: list[TargetEntry]) -> list[TargetEntry]:
+        return sorted([*found, *unbuilt], key=lambda e: order.index(e.name) if e.name in order else len(order))
+
+    enter("fuzzing")
     try:
-        with stop_on_signals():
-            entries = _fuzz(args, buildable, items, config, corpus, seconds) if items else []
+        entries = _fuzz(args, buildable, items, config, corpus, seconds) if items else []
     except Interrupted as stop:
-        return _finish_interrupted(stop, config, outputs)
+        raise Interrupted(in_order(stop.entries), stop.signal_name) from None
+    state.entries = in_order(entries)
     if not args.quiet:
         from fuzz.orchestrate import announce_entry
 
         for entry in entries:  # per target, all its items together
             announce_entry(entry)
     until = None if args.budget is None else started + args.budget
-    order = [t.name for t in targets]
-    entries = sorted([*entries, *unbuilt], key=lambda e: order.index(e.name) if e.name in order else len(order))
-    return _finish(entries, config, known, outputs, until)
+    return _finish(state, until)
 
 
 def _resolve_sides(args: argparse.Namespace) -> None:
@@ -323,7 +486,7 @@ def _resolve_sides(args: argparse.Namespace) -> None:
     from fuzz.sides import check_side
 
     for folder in args.sources:
-        if not Path(folder).expanduser().is_dir():
+        if not folder.strip() or not Path(folder).expanduser().is_dir():  # "" would be the current folder
             raise UsageError(f"--sources {folder!r} is not a directory; pass the --into folder of "
                              "python -m fuzz sources fetch")
     args.sources = [str(Path(folder).expanduser().resolve()) for folder in args.sources]
@@ -358,6 +521,7 @@ def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEn
 def _fuzz(args: argparse.Namespace, targets: list, items: list, config: RunConfig, corpus: Path,
           seconds: float | None) -> list[TargetEntry]:
     """The fuzzing phase: items in pytest-xdist workers, or one after another here."""
+    prune_journals(corpus / "journal", args.keep_journals)  # every check passed: the run starts now
     if args.workers > 1:
         from fuzz.workers import run_with_xdist
 
@@ -383,6 +547,45 @@ def journal_folder(corpus: Path) -> Path:
     return corpus / "journal" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
+# What journal_folder() names: nothing else in journal/ is ever pruned.
+_JOURNAL_NAME = re.compile(r"(\d{8}-\d{6})-(\d+)")
+DEFAULT_KEEP_JOURNALS = 20
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this pid exists (a reused pid keeps a dead run's folder: harmless)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def prune_journals(journal: Path, keep: int) -> list[Path]:
+    """Delete old run folders of ``journal`` so that, with the folder this run is about
+    to make, the last ``keep`` runs' folders are kept; return those deleted.
+
+    Only folders named as journal_folder() names them (``<time>-<pid>``) are candidates,
+    and never one whose run is alive: a run still writing its journal, or sharing the
+    corpus now. A folder another run prunes at the same moment is already gone: fine."""
+    if not journal.is_dir():
+        return []
+    runs = []
+    for path in journal.iterdir():
+        match = _JOURNAL_NAME.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink():
+            runs.append(((match.group(1), int(match.group(2))), path))
+    runs.sort(reverse=True)  # newest first: the time in the name, then the pid
+    removed = []
+    for (_, pid), path in runs[max(keep - 1, 0):]:
+        if not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def _print_summary(report: Report) -> None:
     """The table and each failure's lines, as every run ends."""
     from fuzz.report import failure_lines, summary_table
@@ -392,48 +595,85 @@ def _print_summary(report: Report) -> None:
         print(line)
 
 
-def _fallback_folder(config: RunConfig) -> Path | None:
-    """Where an output goes if its own path cannot be written at the end."""
-    return Path(config.corpus) / "reports" if config.corpus else None
+def _finish_interrupted(stop: Interrupted, state: _RunState) -> int:
+    """The report of what finished when a signal stopped the run: the items
+    done, the failures confirmed so far (the rest labelled unconfirmed), known
+    issues applied as in a whole run."""
+    from fuzz.interrupts import current_phase, deferred
+    from fuzz.triage import label_unconfirmed, mark_known
+
+    with deferred():  # a second signal must not cut this report short
+        config = state.config
+        entries = list(stop.entries)
+        if config is not None and config.confirm:
+            entries = label_unconfirmed(entries, f"the run was interrupted ({stop.signal_name}) before its replays")
+        if config is not None:
+            entries = mark_known(entries, state.known, config.contract)
+        run = _run_info(config) if config is not None else {}
+        report = Report(tuple(entries), run={**run, "interrupted_in": current_phase()},
+                        versions=_versions(config) if config is not None else {}, interrupted=stop.signal_name)
+        _print_summary(report)
+        print(f"interrupted by {stop.signal_name} in {current_phase()}: the report holds the "
+              f"{len(report.targets)} target(s) whose items finished; saved failures and the example database "
+              "are kept", file=sys.stderr)
+        _write_outputs(report, state.outputs, state.fallback)
+        print(closing_line(report))
+        return report.exit_code()
 
 
-def _finish_interrupted(stop: Interrupted, config: RunConfig, outputs: dict[str, Path]) -> int:
-    """A partial report of the items that finished (no confirmation: no time)."""
-
-    report = Report(tuple(stop.entries), run=_run_info(config), versions=_versions(config),
-                    interrupted=stop.signal_name)
-    _print_summary(report)
-    print(f"interrupted by {stop.signal_name}: the report holds the {len(report.targets)} target(s) whose items "
-          "finished; saved failures and the example database are kept", file=sys.stderr)
-    _write_outputs(report, outputs, _fallback_folder(config))
-    return report.exit_code()
-
-
-def _finish(entries: list[TargetEntry], config: RunConfig, known: list[dict], outputs: dict[str, Path],
-            confirm_until: float | None = None) -> int:
+def _finish(state: _RunState, confirm_until: float | None = None) -> int:
     """Confirm and triage failures, print the summary, write every output."""
+    from fuzz.interrupts import enter
     from fuzz.triage import confirm, mark_known
 
-    entries = mark_known(confirm(entries, config.confirm, confirm_until), known, config.contract)
+    config = state.config
+    assert config is not None
+    enter("confirmation")
+    state.entries = confirm(state.entries, config.confirm, confirm_until)
+    entries = mark_known(state.entries, state.known, config.contract)
     report = Report(tuple(entries), run=_run_info(config), versions=_versions(config))
-    exit_code = report.exit_code()
     _print_summary(report)
-    unconfirmed = [f for _, f in report.new_failures() if f.repro and f.confirmed is None]
+    unconfirmed = [f for _, f in report.new_failures() if f.unconfirmed]
     if config.confirm and unconfirmed:
-        print(f"note: {len(unconfirmed)} failure(s) not confirmed by fresh replays: the --budget ran out first "
+        print(f"note: {len(unconfirmed)} failure(s) not confirmed by fresh replays: {unconfirmed[0].unconfirmed} "
               "(replay them with python -m fuzz replay)")
     print(f"seed {config.seed}, contract {config.contract}, devices {','.join(config.devices)}"
-          + (f"; rerun with --seed {config.seed} to repeat" if exit_code == EXIT_FAILURE else "")
-          + ("; incomplete: some target ran no example (exit 3)" if exit_code == EXIT_INCOMPLETE else ""))
-    if not _write_outputs(report, outputs, _fallback_folder(config)):
+          + (f"; rerun with --seed {config.seed} to repeat" if report.exit_code() == EXIT_FAILURE else ""))
+    report, where_asked = _write_all(report, state)
+    print(closing_line(report))
+    exit_code = report.exit_code()
+    if not where_asked:
         return exit_code if exit_code != EXIT_OK else EXIT_USAGE  # clean, but not where it was asked for
     return exit_code
 
 
+def _write_all(report: Report, state: _RunState) -> tuple[Report, bool]:
+    """Every output written whole: a signal meanwhile waits until the files are
+    written, then they are written again saying the run was interrupted (its
+    exit code is the signal's, and the report's must be the same)."""
+    from fuzz.interrupts import deferred, enter, received
+
+    with deferred():
+        enter("writing")
+        where_asked = _write_outputs(report, state.outputs, state.fallback)
+        signal_name = received()
+        if signal_name:
+            report = replace(report, interrupted=signal_name, run={**report.run, "interrupted_in": "writing"})
+            print(f"interrupted by {signal_name} while writing: every item and replay had finished; the outputs "
+                  "say so", file=sys.stderr)
+            where_asked = _write_outputs(report, state.outputs, state.fallback, say=False) and where_asked
+    return report, where_asked
+
+
 def _run_info(config: RunConfig) -> dict:
+    """The report's ``run``: the settings, each side's identity and the scope merge-reports checks.
+    The run id comes from ``config`` (made once per invocation), so every report of it says the same."""
+    from fuzz.plan import parse_shard
+    from fuzz.scope import run_scope
     from fuzz.sides import side_identities
 
-    return {**config.to_json(), "sides": side_identities(config)}
+    sides = side_identities(config)
+    return {**config.to_json(), "sides": sides, "scope": run_scope(config, sides, parse_shard(config.shard))}
 
 
 def _versions(config: RunConfig) -> dict:
@@ -444,7 +684,7 @@ def _versions(config: RunConfig) -> dict:
     return {**versions(), **side_labels(config)}
 
 
-def _write_outputs(report: Report, outputs: dict[str, Path], fallback: Path | None = None) -> bool:
+def _write_outputs(report: Report, outputs: dict[str, Path], fallback: Path | None = None, say: bool = True) -> bool:
     """Write each output asked for; False if one had to go to a fallback path (said on stderr)."""
     from fuzz.formats import junit_xml, markdown
     from fuzz.outputs import write_json, write_text
@@ -460,7 +700,8 @@ def _write_outputs(report: Report, outputs: dict[str, Path], fallback: Path | No
             where_asked = False
             print(f"fuzz: error: could not write {name} {str(path)!r}; it was saved to {str(written)!r} instead",
                   file=sys.stderr)
-        print(f"{name}: {written}")
+        if say:
+            print(f"{name}: {written}")
     return where_asked
 
 
@@ -476,6 +717,11 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
     targets = lookup(args.target)
     json_out = check_output("--json", args.json) if args.json is not None else None
+    if json_out is not None:
+        from fuzz.selftest import EQUIVALENT_FILE
+
+        check_overwrite("--json", json_out, "selftest")
+        check_no_collisions({"--json": json_out}, {"the equivalents list": EQUIVALENT_FILE})
     options = RunConfig(devices=resolve_devices(args.device), seed=args.seed, max_examples=args.max_examples,
                         contract=args.contract, isolated=False)
     equivalents = load_equivalents()
@@ -503,13 +749,22 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
-    from fuzz.merge import merge_reports, read_report
+    from fuzz.merge import incomplete_note, merge_reports, read_report
     from fuzz.report import summary_table
 
-    outputs = check_outputs({"report": args.output, "markdown": args.markdown, "junit": args.junit})
-    merged = merge_reports([read_report(name) for name in args.inputs])
+    outputs = check_outputs({"report": args.output, "markdown": args.markdown, "junit": args.junit},
+                            labels={"report": "OUT"})
+    check_no_collisions({"OUT" if name == "report" else f"--{name}": path for name, path in outputs.items()},
+                        {"IN": [Path(name) for name in args.inputs]})
+    # Every refusal (unreadable, overlapping, another run's) is raised here, before anything is written.
+    merged = merge_reports([(name, read_report(name)) for name in args.inputs])
     print(summary_table(merged.targets))
-    if not _write_outputs(merged, outputs):
+    note = incomplete_note(merged)
+    if note:
+        print(note, file=sys.stderr)
+    where_asked = _write_outputs(merged, outputs)
+    print(closing_line(merged))
+    if not where_asked:
         return merged.exit_code() if merged.exit_code() != EXIT_OK else EXIT_USAGE
     return merged.exit_code()
 
@@ -535,6 +790,10 @@ def _say_which_code(saved: dict) -> None:
 def cmd_replay(args: argparse.Namespace) -> int:
     from fuzz.replay import check_replayable, replay_file
 
+    if not args.file.strip():  # Path("") is the current folder: it would replay whatever JSON lies there
+        raise UsageError("replay FILE is empty; pass a repro file or a corpus failures/ folder")
+    if Path(args.file).is_dir():
+        return _replay_folder(Path(args.file), args.device)
     saved, _ = check_replayable(args.file)
     why = CUDA_ONLY_VERDICTS.get(saved["verdict"])
     if args.device == "cpu" and saved["device"].startswith("cuda") and why:
@@ -556,9 +815,92 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_FAILURE
 
 
+def _repro_files(folder: Path) -> list[Path]:
+    """The repro files of a folder: its *.json, not the temporary files of a save in progress (.tmp-*)."""
+    files = sorted(p for p in folder.glob("*.json") if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise UsageError(f"replay {str(folder)!r}: the folder holds no repro file (*.json); pass a corpus "
+                         "failures/ folder or a repro file")
+    return files
+
+
+def _checked_folder(files: list[Path], device: str | None) -> list[tuple[Path, dict, str | None]]:
+    """Every file validated before any is replayed: (path, payload, device; None: needs a GPU this host lacks).
+    A bad file is a UsageError naming it: nothing is replayed."""
+    from fuzz.replay import check_replayable, choose_device
+
+    checked = []
+    for path in files:
+        try:
+            saved, _ = check_replayable(str(path))
+        except UsageError as exc:
+            named = str(exc) if path.name in str(exc) else f"repro file {str(path)!r}: {exc}"
+            raise UsageError(f"{named} (nothing in {str(path.parent)!r} was replayed; fix or move that file)") from exc
+        try:
+            checked.append((path, saved, choose_device(saved, device)))
+        except UsageError:
+            if device:  # --device cuda on a host without one: the flag's problem, for every file
+                raise
+            checked.append((path, saved, None))
+    return checked
+
+
+def _replayed(path: Path, device: str | None) -> tuple[str, int]:
+    """One file's result column and its exit code (see _replay_folder)."""
+    from fuzz.replay import replay_file
+
+    try:
+        result = replay_file(str(path), device)
+    except UsageError as exc:  # its input cannot be built: only the child process can tell
+        return f"invalid: {exc}", EXIT_USAGE
+    except HarnessError as exc:
+        return f"fuzzer error: {exc}", EXIT_USAGE
+    if result.crashed:
+        return f"still fails ({result.verdict}: {result.crashed})", EXIT_FAILURE
+    if result.still_fails:
+        return f"still fails ({result.verdict})", EXIT_FAILURE
+    return "no longer fails", EXIT_OK
+
+
+def _replay_folder(folder: Path, device: str | None) -> int:
+    """``replay DIR``: each repro file of the folder in its own fresh process, then one table.
+
+    Exit 1 if any still fails; else 2 if any turned out invalid (an input its target cannot build)
+    or hit a fuzzer error; else 3 if any needs a GPU this host lacks (skipped: not shown either way);
+    else 0. An empty folder or a file that cannot be replayed at all is one line and exit 2 first."""
+    from fuzz.model import EXIT_INCOMPLETE
+    from fuzz.versions import versions
+
+    checked = _checked_folder(_repro_files(folder), device)
+    now = versions()
+    print(f"replaying {len(checked)} repro file(s) of {folder} with syncfuzz {now['syncfuzz']} from {now['root']} "
+          f"(code {now['code_sha256']}), torch {now['torch']}")
+    rows, codes = [("file", "target", "device", "saved verdict", "result")], []
+    for path, saved, on in checked:
+        if on is None:
+            result = f"needs a GPU: skipped (saved on {saved['device']}; --device cpu tries it here)"
+            code = EXIT_INCOMPLETE
+        else:
+            result, code = _replayed(path, device)
+        rows.append((path.name, saved["target"], on or saved["device"], saved["verdict"], result))
+        codes.append(code)
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4])
+    for code in (EXIT_FAILURE, EXIT_USAGE, EXIT_INCOMPLETE):
+        if code in codes:
+            return code
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the console script: python -m fuzz did this before its imports
+        from fuzz.interrupts import hold_early_signals
+
+        hold_early_signals(sys.argv[1:])
     try:
         args = build_parser().parse_args(argv)
+        check_environment()  # before any command reads a variable deep inside its work
         commands = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "merge-reports": cmd_merge_reports,
                     "selftest": cmd_selftest, "provenance": cmd_provenance,
                     "sources": cmd_sources, "new-target": cmd_new_target}

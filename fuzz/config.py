@@ -18,7 +18,8 @@ import dataclasses
 import json
 import types
 import typing
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fuzz.errors import UsageError
@@ -55,6 +56,10 @@ class RunConfig:
     legacy: str = "copy"
     optimized: str = "copy"
     sources: tuple[str, ...] = ()  # folders of source packs (--sources) where vllm==X sides resolve
+    # Which invocation this is, not a setting: made once when the command line's config is built, carried
+    # whole like the rest, and recorded in the report's scope so merge-reports can tell the same report
+    # given twice from two runs of one shard (fuzz/scope.py). Not compared: it changes no example.
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex, compare=False)
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)

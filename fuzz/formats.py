@@ -20,6 +20,8 @@ def _failure_label(failure: Failure) -> str:
     label = failure.verdict
     if failure.flaky:
         label += f" (flaky, reproduced {failure.confirmed or '?'})"
+    if failure.unconfirmed:
+        label += f" (not confirmed: {failure.unconfirmed})"
     return label
 
 

@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 from fuzz.config import Hooks, RunConfig
 from fuzz.errors import HarnessError
+from fuzz.interrupts import die_with_parent
 from fuzz.model import DeviceTally, TargetEntry
 from fuzz.outputs import write_json
 from fuzz.report import PROGRESS_MARK, progress_printer, show_worker_line
@@ -77,7 +78,7 @@ class Isolation:
 def _serve() -> int:
     """Run jobs until stdin closes: each stdin line names an args file; each
     finished job is answered with a line on the control channel."""
-    _die_with_parent()
+    die_with_parent()
     # The control channel is the original stdout; fd 1 now points at stderr,
     # so nothing the code under test prints can garble the protocol.
     control = os.fdopen(os.dup(1), "w", buffering=1)
@@ -88,19 +89,6 @@ def _serve() -> int:
             _run_job(line.strip())
             control.write(f"done {line.strip()}\n")
     return 0
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker when its parent dies. A closed stdin
-    ends an idle worker too, but one stuck in an example never reads it (a
-    SIGTERM'd xdist run left such a worker sleeping for an hour)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-        if os.getppid() == 1:  # the parent died before the line above
-            os._exit(1)
 
 
 def job_args(target: str, config: RunConfig, *, first_chunk: int, ends_at: float | None, journal: Path,

@@ -1,22 +1,41 @@
-"""``merge-reports``: several JSON reports (shards, hosts, nights) as one.
+"""``merge-reports``: the shards of one run (``--shard I/N`` on several hosts) as one report.
 
 Each report is read back into the model (``Report.from_json``: a report of
-another format version, or one with a missing or mistyped field, is one clear
-error), then added up: entries of the same target sum their examples, verdict
-counts and sync histograms per device and keep each failure once
-(``Failure.signature``). So two shards merge into the totals one run would
-have produced, and the exit code follows the same rule as the run's.
+another format version, a missing or mistyped field or an impossible count --
+negative, or more verdicts than examples -- is one clear error), and its
+``run.scope`` (fuzz/scope.py) says which run plan and which shard it holds.
+The merge refuses, with one line naming both files and writing nothing:
+
+* the same report twice (same run id and shard);
+* overlapping parts: the whole run plus any of its shards, or the same shard
+  of one plan from two invocations;
+* parts of different runs: a different seed, contract, target list, pieces,
+  example count or budget, devices, stress/upstream mode or side code (the
+  line names the settings that differ). So a merge no longer adds up nights
+  or contracts: each is a run of its own;
+* a report without a scope (written before scopes were recorded): it cannot
+  be told apart from a copy of another, so it is re-run, not trusted.
+
+What is merged then adds up: entries of the same target sum their examples,
+verdict counts and sync histograms per device and keep each failure once
+(``Failure.signature``). A merge of every shard of a run therefore equals
+that run's own report in its counts and failures (not its seconds or
+placement; tests/test_merge.py runs it). A merge missing some shards is still
+written, with ``complete: false`` and the ``missing`` shards in its scope, and
+can be merged again with them. The exit code follows the run's rule.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import reduce
 from pathlib import Path
 
 from fuzz.errors import UsageError
 from fuzz.model import Report
+from fuzz.scope import check_mergeable, merged_scope, read_scope
 
 
 def read_report(name: str) -> Report:
@@ -31,8 +50,22 @@ def read_report(name: str) -> Report:
     return Report.from_json(data, name)
 
 
-def merge_reports(reports: Sequence[Report]) -> Report:
-    """One report from several."""
-    if not reports:
+def merge_reports(named: Sequence[tuple[str, Report]]) -> Report:
+    """One report from several disjoint shards of one run (``(file name, report)`` each; the
+    names are for the refusals); its scope says which shards it covers."""
+    if not named:
         raise UsageError("merge-reports needs at least one report file")
-    return reduce(lambda a, b: a + b, reports)
+    scopes = [(name, read_scope(report.run, name)) for name, report in named]
+    check_mergeable(scopes)
+    merged = reduce(lambda a, b: a + b, (report for _, report in named))
+    return replace(merged, run={**merged.run, "scope": merged_scope([scope for _, scope in scopes])})
+
+
+def incomplete_note(merged: Report) -> str | None:
+    """One line for stderr when the merge lacks some of the run's shards."""
+    scope = merged.run.get("scope") or {}
+    if scope.get("complete", True):
+        return None
+    missing = ", ".join(f"{i}/{scope['shard_count']}" for i in scope["missing"])
+    return (f"note: the merge covers {len(scope['covered'])} of the run's {scope['shard_count']} shards (missing "
+            f"{missing}): its totals are partial (scope.complete false); merge it again with the missing shards")

@@ -33,6 +33,7 @@ from fuzz.verdicts import (
     FUZZER_ERROR,
     SKIPPED,
     UNTESTED,
+    UPSTREAM_COMPARED,
     Verdict,
     worst,
 )
@@ -110,6 +111,9 @@ class Failure:
     confirmed: str | None = None  # "k/n": reproduced k of n fresh replays
     flaky: bool = False  # did not reproduce every time
     oracles: tuple[str, ...] = ()  # every oracle that flagged the input, the verdict's first (fuzz/oracles/)
+    # Why --confirm's replays did not run (the run was interrupted, the budget ran out); None when they
+    # ran or were not asked for.
+    unconfirmed: str | None = None
 
     @property
     def signature(self) -> str:
@@ -119,7 +123,7 @@ class Failure:
         return {"device": self.device, "verdict": self.verdict, "input": dict(self.input),
                 "mismatches": [dict(m) for m in self.mismatches], "exceptions": dict(self.exceptions),
                 "repro": self.repro, "known": self.known, "confirmed": self.confirmed, "flaky": self.flaky,
-                "oracles": list(self.oracles)}
+                "oracles": list(self.oracles), "unconfirmed": self.unconfirmed}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> Failure:
@@ -138,7 +142,8 @@ class Failure:
                    known=_field(data, "known", str, where, optional=True),
                    confirmed=_field(data, "confirmed", str, where, optional=True),
                    flaky=bool(_field(data, "flaky", bool, where, optional=True)),
-                   oracles=tuple(_field(data, "oracles", list, where, optional=True) or ()))
+                   oracles=tuple(_field(data, "oracles", list, where, optional=True) or ()),
+                   unconfirmed=_field(data, "unconfirmed", str, where, optional=True))
 
 
 def _add_histograms(a: Mapping[str, Mapping[str, int]], b: Mapping[str, Mapping[str, int]]) -> dict:
@@ -159,8 +164,26 @@ def _histograms(data: Any, key: str, where: str) -> dict[str, dict[str, int]]:
         for count, n in histogram.items():
             if not count.lstrip("-").isdigit() or not isinstance(n, int):
                 raise ReportError(f"{where} {key} {side}: {count!r}: {n!r} is not a sync count and a number")
+            if n < 0:
+                raise ReportError(f"{where} {key} {side}: {n} calls with {count} syncs is negative; the report "
+                                  "is damaged or edited: re-run that shard")
         out[side] = dict(histogram)
     return out
+
+
+def _check_counts(examples: int, verdicts: Mapping[str, int], both_raised: int, where: str) -> None:
+    """Counts no run can produce (a damaged or hand-edited report) would make a merge's totals lie."""
+    fix = "the report is damaged or edited: re-run that shard"
+    if examples < 0:
+        raise ReportError(f"{where}: examples {examples} is negative; {fix}")
+    negative = {v: n for v, n in verdicts.items() if n < 0}
+    if negative:
+        raise ReportError(f"{where}: verdict counts {negative} are negative; {fix}")
+    if sum(verdicts.values()) > examples:
+        raise ReportError(f"{where}: verdict counts add up to {sum(verdicts.values())}, more than its {examples} "
+                          f"examples; {fix}")
+    if not 0 <= both_raised <= examples:
+        raise ReportError(f"{where}: both_raised {both_raised} is not between 0 and its {examples} examples; {fix}")
 
 
 @dataclass(frozen=True)
@@ -197,8 +220,9 @@ class DeviceTally:
         verdicts = _field(data, "verdicts", dict, where)
         if not all(isinstance(n, int) for n in verdicts.values()):
             raise ReportError(f"{where}: verdict counts must be numbers")
-        return cls(examples=_field(data, "examples", int, where), verdicts=dict(verdicts),
-                   both_raised=_field(data, "both_raised", int, where),
+        examples, both_raised = _field(data, "examples", int, where), _field(data, "both_raised", int, where)
+        _check_counts(examples, verdicts, both_raised, where)
+        return cls(examples=examples, verdicts=dict(verdicts), both_raised=both_raised,
                    syncs_per_call=_histograms(data, "syncs_per_call", where),
                    hidden_syncs_per_call=_histograms(data, "hidden_syncs_per_call", where),
                    consumer_syncs_per_call=_histograms(data, "consumer_syncs_per_call", where))
@@ -270,9 +294,16 @@ class TargetEntry:
             self.flaky and any(f.device == device for f in self.failures))
 
     def label_on(self, device: str) -> str:
-        """The verdict as a person reads it: flaky failures say so."""
+        """The verdict as a person reads it: the worst *new* failure's, flaky ones
+        saying so; where every failure is an accepted finding, "... (known)"."""
         verdict = self.verdict_on(device)
-        return f"{verdict} (flaky)" if verdict in EXAMPLE_VERDICTS and self.is_flaky_on(device) else verdict
+        if verdict not in EXAMPLE_VERDICTS or verdict == Verdict.AGREE.value:
+            return verdict
+        new = [f.verdict for f in self.failures if f.device == device and not f.known]
+        label = worst(new) if new else verdict
+        if self.is_flaky_on(device):
+            label += " (flaky)"
+        return label if new else f"{label} (known)"
 
     def with_failures(self, failures: Iterable[Failure]) -> TargetEntry:
         return replace(self, failures=tuple(failures))
@@ -366,9 +397,16 @@ class Report:
             return EXIT_USAGE
         if self.new_failures():
             return EXIT_FAILURE
-        if self.untested() or self.cannot_build():
+        if self.untested() or self.cannot_build() or self.upstream_not_compared():
             return EXIT_INCOMPLETE
         return EXIT_OK
+
+    def upstream_not_compared(self) -> bool:
+        """``--upstream`` was asked for, yet no target could be compared with the
+        real vllm (not installed, say): the check asked for did not run."""
+        runs = self.run.get("merged_from") or [self.run]
+        asked = any(isinstance(run, Mapping) and run.get("upstream") for run in runs)
+        return asked and bool(self.targets) and not any(e.upstream_check == UPSTREAM_COMPARED for e in self.targets)
 
     def new_failures(self) -> list[tuple[TargetEntry, Failure]]:
         return [(e, f) for e in self.targets for f in e.failures if not f.known]

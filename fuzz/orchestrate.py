@@ -9,17 +9,14 @@ pytest-xdist instead.
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from fuzz.budget import fair_share
 from fuzz.config import NO_HOOKS, Hooks, RunConfig
 from fuzz.devices import devices_for
+from fuzz.interrupts import interrupted_by
 from fuzz.model import Interrupted, TargetEntry, add_entries
 from fuzz.plan import Item, plan
 from fuzz.runner import fuzz_target
@@ -51,9 +48,10 @@ def fuzz_all(targets: list[Target], config: RunConfig, hooks: Hooks = NO_HOOKS,
             if hooks.item_done:
                 hooks.item_done(item, entries[-1])
     except KeyboardInterrupt:
+        signal_name = interrupted_by()  # first: the signal is handled, not raised again during the clean-up
         if isolation is not None:
             isolation.discard_worker()
-        raise Interrupted(add_entries(entries), interrupted_by()) from None
+        raise Interrupted(add_entries(entries), signal_name) from None
     result = add_entries(entries)
     if announce:
         for entry in result:
@@ -70,35 +68,6 @@ def run_item(item: Item, config: RunConfig, isolation: Isolation | None, deadlin
 
         return fuzz_isolated(item.target, item_config, deadline, isolation)
     return fuzz_target(item.target, item_config, deadline, hooks).entry()
-
-
-_LAST_SIGNAL = ["SIGINT"]
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """While the block runs, SIGTERM (a CI job cancelled, a host shutting
-    down) stops a run as Ctrl-C does: as KeyboardInterrupt, so the finished
-    items are reported. Handlers are restored after (and only the main thread
-    may set them: elsewhere nothing changes)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: object) -> None:
-        _LAST_SIGNAL[0] = signal.Signals(signum).name
-        raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
-def interrupted_by() -> str:
-    return _LAST_SIGNAL[0]
 
 
 def announce_entry(entry: TargetEntry) -> None:

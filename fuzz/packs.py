@@ -211,10 +211,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def cmd_sources(args: argparse.Namespace) -> int:
     if args.sources_command == "list":
         return _list(args.sources)
-    into = Path(args.into).expanduser()
-    if into.exists() and not into.is_dir():
-        raise UsageError(f"--into {args.into!r} is a file; pass a directory (it is created if missing)")
-    cache = Path(args.cache).expanduser() if args.cache else default_cache()
+    from fuzz.preflight import check_cache, check_folder
+
+    # Checked before the first (slow) download: an --into that cannot be written fails only at the end.
+    into = check_folder("--into", args.into)
+    cache = check_cache(args.cache, default_cache)
     # Every spec is checked before the first (slow) download.
     wanted = [(spec, release_version(spec)) for spec in args.specs]
     for spec, version in wanted:
@@ -237,6 +238,10 @@ def cmd_sources(args: argparse.Namespace) -> int:
 
 
 def _list(search: Sequence[str]) -> int:
+    for folder in search:  # a misspelt folder would list only the other packs, silently
+        if not folder.strip() or not Path(folder).expanduser().is_dir():
+            raise UsageError(f"--sources {folder!r} is not a directory; pass the --into folder of "
+                             "python -m fuzz sources fetch")
     found = 0
     for folder in search_folders(search):
         for pack in sorted(folder.glob("vllm-*")) if folder.is_dir() else []:

@@ -99,7 +99,12 @@ def replay_file(path: str, device_override: str | None = None, timeout: float | 
     threading.Thread(target=lambda: [lines.put(line) for line in child.stdout] + [lines.put(None)],
                      daemon=True).start()
     threading.Thread(target=lambda: stderr.extend(child.stderr), daemon=True).start()
-    result_line = _wait_for_result(lines, timeout)
+    try:
+        result_line = _wait_for_result(lines, timeout)
+    except BaseException:  # an interrupt (fuzz/interrupts.py): the replay goes with the run
+        child.kill()
+        child.wait()
+        raise
     if result_line is _TIMED_OUT:
         child.kill()
         child.wait()
@@ -158,11 +163,13 @@ def trusted_modules(payload: dict, config: RunConfig, source: str) -> list[str]:
 
 def _child(path: str, device: str) -> int:
     from fuzz.execute import CudaContextLost, run_example
+    from fuzz.interrupts import die_with_parent
     from fuzz.runner import single_threaded
     from fuzz.sides import CannotBuild, bind_sides
     from fuzz.targets import lookup
     from fuzz.upstream import with_upstream
 
+    die_with_parent()  # a run killed while confirming leaves no replay behind
     single_threaded()
     payload = load_repro(path)
     config = repro_config(payload, path)

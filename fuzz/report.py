@@ -11,8 +11,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, TextIO
 
-from fuzz.model import TargetEntry
-from fuzz.verdicts import CRASH_VERDICTS, SKIPPED
+from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Report, TargetEntry
+from fuzz.verdicts import CRASH_VERDICTS, SKIPPED, UNTESTED
 
 
 def _sync_range(histogram: Mapping[str, int]) -> str:
@@ -83,6 +83,7 @@ def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:
             lines.append(f"{failure.verdict.upper()} in {entry.name} on {failure.device}"
                          + (" (flaky)" if flaky else "")
                          + (f" (reproduced {failure.confirmed} in fresh processes)" if failure.confirmed else "")
+                         + (f" (not confirmed: {failure.unconfirmed})" if failure.unconfirmed else "")
                          + (f" (known: {failure.known})" if failure.known else ""))
             # Crashing inputs are journaled, not shrunk.
             label = "input" if failure.verdict in CRASH_VERDICTS else "minimal input"
@@ -94,6 +95,50 @@ def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:
             if failure.repro:
                 lines.append(f"  saved: {failure.repro}  (replay: python -m fuzz replay {failure.repro})")
     return lines
+
+
+# What each exit code tells the user, for the closing line (the same rule as --help's epilog).
+EXIT_MEANINGS = {
+    EXIT_OK: "no failure",
+    EXIT_FAILURE: "a failing verdict was found",
+    EXIT_USAGE: "a fuzzer error (FUZZER BUG above)",
+    EXIT_INCOMPLETE: "incomplete: no failure found, but the run did not show all it was asked to",
+}
+
+
+def target_outcome(entry: TargetEntry) -> str:
+    """The one bucket a target falls in, for the closing line's counts."""
+    if entry.fuzzer_error:
+        return "fuzzer-error"
+    if any(not f.known for f in entry.failures):
+        return "new"
+    if entry.cannot_build:
+        return "cannot-build"
+    if entry.verdict == UNTESTED or entry.untested_devices():
+        return "untested"
+    if entry.failures:
+        return "known"
+    return SKIPPED if entry.verdict == SKIPPED else "agree"
+
+
+def closing_line(report: Report) -> str:
+    """The run in one line: how many targets agree, new and known failures,
+    untested and cannot-build targets, and what the exit code means."""
+    buckets = [target_outcome(e) for e in report.targets]
+    new = len(report.new_failures())
+    parts = [f"{buckets.count('agree')}/{len(buckets)} targets agree",
+             f"{buckets.count('new')} with new failures ({new} new)",
+             f"{buckets.count('known')} with known failures only", f"{buckets.count('untested')} untested",
+             f"{buckets.count('cannot-build')} cannot-build"]
+    parts += [f"{buckets.count(b)} {b}" for b in ("skipped", "fuzzer-error") if b in buckets]
+    code = report.exit_code()
+    if report.interrupted:
+        meaning = f"interrupted by {report.interrupted}: the report holds what finished"
+    else:
+        meaning = EXIT_MEANINGS.get(code, "")
+        if code == EXIT_INCOMPLETE and report.upstream_not_compared():
+            meaning += " (--upstream compared no target with the real vllm)"
+    return f"result: {', '.join(parts)}; exit {code}: {meaning}"
 
 
 PROGRESS_MARK = "[fuzz] progress "  # a live status line: redrawn on a terminal, dropped from logs

@@ -146,6 +146,7 @@ def load_repro(path: str | os.PathLike) -> dict:
             raise ReproFileError(f"{str(file)!r}: field {key!r} is missing or not a {getattr(kind, '__name__', kind)}")
     if not isinstance(payload["input"].get("device"), str):
         raise ReproFileError(f"{str(file)!r}: field 'input' has no 'device' string")
+    _check_devices(payload, str(file))
     if payload["contract"] not in CONTRACTS:
         raise ReproFileError(f"{str(file)!r}: contract {payload['contract']!r} is not one of {', '.join(CONTRACTS)}")
     if payload["verdict"] not in EXAMPLE_VERDICTS:
@@ -156,6 +157,21 @@ def load_repro(path: str | os.PathLike) -> dict:
         raise ReproFileError(f"{str(file)!r}: field 'target_module' must be a string or null")
     repro_config(payload, str(file))  # a bad config is the file's problem, found before anything runs
     return payload
+
+
+REPRO_DEVICES = ("cpu", "cuda")  # what a run draws (fuzz.devices); "auto" is resolved before saving
+
+
+def _check_devices(payload: dict, name: str) -> None:
+    """The saved device is one a run draws, at the top and in the input alike:
+    another ("tpu") would be replayed on whatever the input builder defaults to."""
+    for where, device in (("device", payload["device"]), ("input.device", payload["input"]["device"])):
+        if device not in REPRO_DEVICES:
+            raise ReproFileError(f"{name!r}: {where} {device!r} is not one of {', '.join(REPRO_DEVICES)}; "
+                                 "the file was edited or written by another tool: re-run the fuzzer to save it")
+    if payload["device"] != payload["input"]["device"]:
+        raise ReproFileError(f"{name!r}: device {payload['device']!r} and input.device "
+                             f"{payload['input']['device']!r} disagree; re-run the fuzzer to save it again")
 
 
 def repro_config(payload: dict, source: str = "repro file") -> RunConfig:

@@ -204,10 +204,19 @@ class _StopTarget(BaseException):
     is gone, so no further example can run in it."""
 
 
-def _database_key(target: Target, contract: str) -> bytes:
-    # ":cases": the saved choices draw a list of specs (SPECS_PER_CASE), not one, so entries of
-    # the one-spec format (a key without it) are not replayed as something else.
-    return hashlib.sha256(f"syncfuzz:{target.name}:{contract}:cases".encode()).digest()
+def _database_key(target: Target, config: RunConfig) -> bytes:
+    """The corpus database's key for a target under a run's contract and sides.
+
+    ":cases": the saved choices draw a list of specs (SPECS_PER_CASE), not one, so entries of
+    the one-spec format (a key without it) are not replayed as something else. The sides are
+    named by stable names (``copy``, ``vllm==X``, a checkout's resolved path; never a commit or
+    a file hash): a failure a branch run saved is replayed first by tomorrow's run of that
+    branch, and a run of other sides never replays it -- where it would pass and be deleted.
+    Copy/copy keys are the ones saved before sides existed, so existing corpora stay warm."""
+    key = f"syncfuzz:{target.name}:{config.contract}:cases"
+    if (config.legacy, config.optimized) != ("copy", "copy"):
+        key += f":legacy={config.legacy}:optimized={config.optimized}"
+    return hashlib.sha256(key.encode()).digest()
 
 
 class _SaveOnlyDatabase(ExampleDatabase):
@@ -345,7 +354,7 @@ def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None
         # Only a run's first chunk replays the corpus; continuations and
         # restarted workers must not see known failures "pass" and delete them.
         test = _settings(size, _database(corpus, reuse=chunk == 0))(test)
-        test._hypothesis_internal_database_key = _database_key(target, config.contract)
+        test._hypothesis_internal_database_key = _database_key(target, config)
         before = len(outcome.failures)
         stop = False
         try:

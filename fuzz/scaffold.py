@@ -528,8 +528,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_new_target(args: argparse.Namespace) -> int:
+    from fuzz.preflight import check_cache, refuse_empty
     from fuzz.provenance import default_source, open_source
 
+    # "" was silently this checkout (--root) or the default release (--*-source)
+    refuse_empty({"--root": args.root, "--legacy-source": args.legacy_source,
+                  "--optimized-source": args.optimized_source, "--module": args.module})
     root = Path(args.root).expanduser().resolve() if args.root else PROJECT_ROOT
     if not root.is_dir():
         raise UsageError(f"--root {str(root)!r} is not a directory")
@@ -539,7 +543,7 @@ def cmd_new_target(args: argparse.Namespace) -> int:
         from fuzz.targets import lookup
 
         known = [t.name for t in lookup([])]
-    cache = Path(args.cache).expanduser() if args.cache else default_cache()
+    cache = check_cache(args.cache, default_cache)
     given = {side_version(pair, side): open_source(getattr(args, f"{side}_source"), f"--{side}-source")
              for side in SIDES if getattr(args, f"{side}_source", None)}
     # Cheap refusals first: nothing is read or downloaded for a scaffold that cannot be written.

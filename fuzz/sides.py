@@ -56,6 +56,8 @@ def check_side(spec: str, flag: str, search: Sequence[str] = ()) -> str:
     naming the problem and the fix -- before any work is done."""
     if spec == COPY:
         return spec
+    if not spec.strip():  # Path("") is the current folder
+        raise UsageError(f"{flag} is empty; pass copy, vllm==X.Y.Z or a path (a vllm checkout or a .whl)")
     version = release_version(spec)
     if version is not None:
         side_source(f"vllm=={version}", search, flag)

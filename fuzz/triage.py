@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fuzz.errors import FuzzError, UsageError, unknown_name
-from fuzz.model import Failure, TargetEntry
+from fuzz.model import Failure, Interrupted, TargetEntry
 from fuzz.targets import CONTRACTS
 from fuzz.verdicts import EXAMPLE_VERDICTS
 
@@ -97,27 +97,49 @@ MIN_REPLAY_SECONDS = 10.0
 def confirm(entries: list[TargetEntry], runs: int, until: float | None = None) -> list[TargetEntry]:
     """The entries with each saved failure replayed ``runs`` times in fresh
     processes; with ``until`` (time.monotonic), only while the budget lasts --
-    a failure left unconfirmed keeps ``confirmed`` empty and is reported as found."""
+    a failure left unconfirmed keeps ``confirmed`` empty, says why in
+    ``unconfirmed`` and is reported as found.
+
+    A signal (KeyboardInterrupt, fuzz/interrupts.py) stops the replays: the
+    replay in flight is killed with its process (fuzz/replay.py) and
+    ``Interrupted`` carries every entry -- the failures confirmed so far, and
+    the rest labelled unconfirmed -- so the report still says all that was found."""
     import time
 
+    from fuzz.interrupts import interrupted_by
     from fuzz.replay import replay_file
 
     def confirmed(failure: Failure) -> Failure:
         if not failure.repro or runs <= 0:
             return failure
         if until is not None and until - time.monotonic() < MIN_REPLAY_SECONDS * runs:
-            return failure
+            return replace(failure, unconfirmed="the --budget ran out before its replays")
         try:
             reproduced = sum(replay_file(failure.repro).still_fails for _ in range(runs))
         except FuzzError as exc:
             # The failure was found; only its confirmation broke (a side's source changed under
             # the run, say): report it unconfirmed rather than lose the whole run's report.
             sys.stderr.write(f"[fuzz] could not confirm {failure.repro}: {exc}\n")
-            return failure
+            return replace(failure, unconfirmed=f"its replay could not run: {exc}")
         return replace(failure, confirmed=f"{reproduced}/{runs}", flaky=reproduced < runs)
 
-    out = []
-    for entry in entries:
-        entry = entry.with_failures(confirmed(f) for f in entry.failures)
-        out.append(replace(entry, flaky=entry.flaky or any(f.flaky for f in entry.failures)))
-    return out
+    # Filled in place, failure by failure, so an interrupt keeps every replay that finished.
+    failures = [list(entry.failures) for entry in entries]
+    try:
+        for mine in failures:
+            for index, failure in enumerate(mine):
+                mine[index] = confirmed(failure)
+    except KeyboardInterrupt:
+        signal_name = interrupted_by()
+        partial = [entry.with_failures(mine) for entry, mine in zip(entries, failures)]
+        if runs > 0:
+            partial = label_unconfirmed(partial, f"the run was interrupted ({signal_name}) before its replays")
+        raise Interrupted(partial, signal_name) from None
+    return [replace(entry, failures=tuple(mine), flaky=entry.flaky or any(f.flaky for f in mine))
+            for entry, mine in zip(entries, failures)]
+
+
+def label_unconfirmed(entries: list[TargetEntry], why: str) -> list[TargetEntry]:
+    """Each saved failure that confirmation would have replayed, labelled with ``why`` it was not."""
+    return [entry.with_failures([replace(f, unconfirmed=why) if f.repro and not (f.confirmed or f.unconfirmed)
+                                 else f for f in entry.failures]) for entry in entries]

@@ -16,11 +16,12 @@ import importlib
 from typing import TYPE_CHECKING
 
 from fuzz.targets import Target
+from fuzz.verdicts import UPSTREAM_COMPARED
 
 if TYPE_CHECKING:
     from fuzz.config import RunConfig
 
-COMPARED = "compared with the real vllm function"
+COMPARED = UPSTREAM_COMPARED
 
 NO_UPSTREAM = "no upstream callable recorded: the harness stands in for layers the real class would build"
 

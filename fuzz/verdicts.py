@@ -50,6 +50,10 @@ FUZZER_ERROR = "fuzzer-error"  # the harness broke: a bug in the fuzzer
 UNTESTED = "untested"  # no example ran (its budget share ran out first)
 CANNOT_BUILD = "cannot-build"  # a side's source cannot be built into this target's code (said why)
 
+# A target's ``upstream_check`` when ``--upstream`` compared it with the real vllm (fuzz/upstream.py);
+# any other text says why it could not be.
+UPSTREAM_COMPARED = "compared with the real vllm function"
+
 EXAMPLE_VERDICTS = frozenset(SEVERITY)
 TARGET_VERDICTS = EXAMPLE_VERDICTS | {SKIPPED, FUZZER_ERROR, UNTESTED, CANNOT_BUILD}
 CRASH_VERDICTS = frozenset({"crash", "hang"})  # decided by the isolation layer, inputs not shrunk

@@ -67,9 +67,10 @@ def run_with_xdist(items: list[Item], config: RunConfig, seconds: float | None =
     try:
         done = _run_showing_items(command, env, workdir, results, items, show_items)
     except KeyboardInterrupt:  # pytest is killed; keep what finished
-        from fuzz.orchestrate import interrupted_by
+        from fuzz.interrupts import interrupted_by
 
-        raise Interrupted(_entries(sorted(results.glob("*.json")), config), interrupted_by()) from None
+        signal_name = interrupted_by()  # first: the signal is handled, not raised again while results are read
+        raise Interrupted(_entries(sorted(results.glob("*.json")), config), signal_name) from None
     paths = sorted(results.glob("*.json"))
     if len(paths) != len(items):
         tail = "\n".join(done.stdout.strip().splitlines()[-15:])

@@ -59,3 +59,32 @@ def stuck_after_saying_so(cu_seqlens: Any, chunk_size: int) -> Any:
 
 
 TARGETS.append(dataclasses.replace(_OFFSETS, name="stuck", optimized="tests.slow_targets:stuck_after_saying_so"))
+
+
+def off_by_one(cu_seqlens: Any, chunk_size: int) -> Any:
+    """Wrong on every input: the interrupt tests need a failure found at once."""
+    from optimized.fla_index import prepare_chunk_offsets
+
+    return prepare_chunk_offsets(cu_seqlens, chunk_size) + 1
+
+
+def off_by_one_then_stuck_in_replay(cu_seqlens: Any, chunk_size: int) -> Any:
+    """``off_by_one`` while fuzzing; in a confirmation replay (``python -m
+    fuzz.replay``) it says so in SYNCFUZZ_TEST_STUCK and sleeps, so a test can
+    signal the run while it confirms."""
+    import os
+    import sys
+    from pathlib import Path
+
+    if Path(sys.argv[0]).name == "replay.py":
+        stuck = Path(os.environ["SYNCFUZZ_TEST_STUCK"])
+        aside = stuck.with_name(stuck.name + f".{os.getpid()}.tmp")
+        aside.write_text(str(os.getpid()))
+        os.replace(aside, stuck)
+        time.sleep(3600)
+    return off_by_one(cu_seqlens, chunk_size)
+
+
+TARGETS.append(dataclasses.replace(_OFFSETS, name="always-diverges", optimized="tests.slow_targets:off_by_one"))
+TARGETS.append(dataclasses.replace(_OFFSETS, name="stuck-in-replay",
+                                   optimized="tests.slow_targets:off_by_one_then_stuck_in_replay"))

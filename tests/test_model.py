@@ -162,22 +162,33 @@ def test_a_malformed_report_is_one_line_and_exit_2(name, tmp_path, capsys):
     assert not (tmp_path / "out.json").exists()
 
 
-def _write(tmp_path, name, *entries) -> str:
+def _write(tmp_path, name, *entries, shard=(1, 1)) -> str:
+    """A report of shard ``shard`` of one run plan, as a fresh invocation writes it (its own run id):
+    merge-reports refuses reports whose scopes are not disjoint shards of one run (tests/test_merge.py)."""
+    from fuzz.config import RunConfig
+    from fuzz.scope import run_scope
+
+    config = RunConfig(seed=0)
+    copy = {"kind": "copy", "code_sha256": "c0de"}
+    run = {**config.to_json(), "scope": run_scope(config, {"legacy": copy, "optimized": copy}, shard)}
     path = tmp_path / name
-    path.write_text(json.dumps(Report(entries, run={"seed": 0}).to_json()))
+    path.write_text(json.dumps(Report(entries, run=run).to_json()))
     return str(path)
 
 
 def test_merge_reports_exits_as_the_merged_run_would(tmp_path):
     out = str(tmp_path / "m.json")
-    clean = _write(tmp_path, "clean.json", entry())
+    clean = _write(tmp_path, "clean.json", entry(), shard=(1, 2))
     assert main(["merge-reports", out, clean]) == EXIT_OK
-    assert main(["merge-reports", out, clean, _write(tmp_path, "bug.json", entry(fuzzer_error="boom"))]) == EXIT_USAGE
+    bug = _write(tmp_path, "bug.json", entry(fuzzer_error="boom"), shard=(2, 2))
+    assert main(["merge-reports", out, clean, bug]) == EXIT_USAGE
     assert json.loads((tmp_path / "m.json").read_text())["exit_code"] == EXIT_USAGE
-    assert main(["merge-reports", out, clean, _write(tmp_path, "untested.json", UNTESTED)]) == EXIT_INCOMPLETE
+    untested = _write(tmp_path, "untested.json", UNTESTED, shard=(2, 2))
+    assert main(["merge-reports", out, clean, untested]) == EXIT_INCOMPLETE
     # One shard ran nothing on cuda, the other did: together the target is tested.
     other = entry(devices=("cuda",), by_device={"cuda": RAN})
-    assert main(["merge-reports", out, _write(tmp_path, "a.json", UNTESTED), _write(tmp_path, "b.json", other)]) == 0
+    a, b = _write(tmp_path, "a.json", UNTESTED, shard=(1, 2)), _write(tmp_path, "b.json", other, shard=(2, 2))
+    assert main(["merge-reports", out, a, b]) == 0
     assert json.loads((tmp_path / "m.json").read_text())["targets"][0]["verdict"] == "agree"
 
 

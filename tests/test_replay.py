@@ -176,3 +176,70 @@ def test_cuda_only_verdict_replayed_on_cpu_says_it_needs_a_gpu(tmp_path, capsys)
     assert main(["replay", path, "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "needs a GPU to reproduce" in out and "agree on cpu" in out
+
+
+# --------------------------------------------------------------------------- replay DIR
+
+CUDA_INPUT = {"device": "cuda", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_size": 2}
+
+
+def _table(out: str) -> dict[str, str]:
+    """replay DIR's table: file name -> its row."""
+    return {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+
+
+def test_replay_of_a_folder_replays_every_file_and_prints_a_table(saved_failure, tmp_path, capsys, monkeypatch):
+    _, (repro,) = saved_failure
+    monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.planted")
+    folder = tmp_path / "failures"
+    folder.mkdir()
+    (folder / repro.name).write_bytes(repro.read_bytes())
+    _write(folder, "fixed.json", _valid_payload())  # the copies agree on it: no longer fails
+    _write(folder, ".tmp-half-saved", b"{")  # a save in progress is not a repro file
+    assert main(["replay", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("replaying 2 repro file(s) of")
+    assert out.splitlines()[1].split() == ["file", "target", "device", "saved", "verdict", "result"]
+    rows = _table(out)
+    assert set(rows) == {repro.name, "fixed.json"}
+    assert "planted-offsets-off-by-one" in rows[repro.name] and "still fails (divergence)" in rows[repro.name]
+    assert rows["fixed.json"].split()[1:4] == ["fla-chunk-offsets", "cpu", "divergence"]
+    assert rows["fixed.json"].endswith("no longer fails")
+
+
+def test_replay_of_a_folder_exit_codes_invalid_input_and_gpu_only(tmp_path, capsys):
+    folder = tmp_path / "failures"
+    folder.mkdir()
+    _write(folder, "fixed.json", _valid_payload())
+    _write(folder, "bad-input.json", _valid_payload(input={"device": "cpu", "cu_seqlens": "abc", "dtype": "int32",
+                                                           "chunk_size": 2}))
+    assert main(["replay", str(folder)]) == 2  # an input the target cannot build: invalid, the others still run
+    rows = _table(capsys.readouterr().out)
+    assert "invalid: " in rows["bad-input.json"] and "cannot be built" in rows["bad-input.json"]
+    assert rows["fixed.json"].endswith("no longer fails")
+    if torch.cuda.is_available():
+        return
+    (folder / "bad-input.json").unlink()
+    _write(folder, "gpu.json", _valid_payload(device="cuda", input=CUDA_INPUT))
+    assert main(["replay", str(folder)]) == 3  # nothing fails, but one was not shown either way
+    rows = _table(capsys.readouterr().out)
+    assert "needs a GPU: skipped" in rows["gpu.json"] and rows["fixed.json"].endswith("no longer fails")
+
+
+@pytest.mark.parametrize("name", ["unknown-target", "truncated", "untrusted-target-module"])
+def test_a_bad_file_in_a_folder_is_one_line_naming_it_before_any_replay(name, tmp_path, capsys):
+    folder = tmp_path / "failures"
+    folder.mkdir()
+    _write(folder, "a-fine-one.json", _valid_payload())
+    _write(folder, f"z-{name}.json", BAD_FILES[name][0])
+    assert main(["replay", str(folder)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and f"z-{name}.json" in err and BAD_FILES[name][1] in err, err
+    assert "nothing in" in err and captured.out == ""  # validated first: nothing was replayed
+
+
+def test_an_empty_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no repro file" in err

@@ -27,9 +27,12 @@ def _with_fake(**extra):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="real vllm installed")
-def test_without_vllm_every_target_says_why_and_the_run_goes_on(tmp_path):
+def test_without_vllm_every_target_says_why_and_the_run_is_incomplete(tmp_path):
+    """The run goes on without the third side, but the check asked for did not
+    run at all: exit 3 (incomplete), never a silent 0."""
     result, entries = _run(tmp_path, {})
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "(--upstream compared no target with the real vllm)" in result.stdout
     assert "cannot import vllm" in entries["fla-chunk-offsets"]["upstream_check"]
     assert entries["keye-encoder-rope"]["upstream_check"].startswith("no upstream callable recorded")
     assert "upstream: fla-chunk-offsets: cannot import" in result.stdout

@@ -105,24 +105,28 @@ from fuzz.versions import DEFAULT_PAIR
 # --------------------------------------------------------------------------- default sources
 
 
-def pack_source(version: str, cache: Path | None = None) -> Source | None:
+def pack_source(version: str, cache: Path | None = None, search: Sequence[str] = ()) -> Source | None:
     """vllm ``version`` without a download: its source pack (``sources/vllm-X/``, fuzz/packs.py), else
     its wheel in the cache; None when neither has it (or fuzz/packs.py is not in this checkout).
 
     Packs hold only the vllm files the catalog needs, so provenance runs offline from the checkout.
+    ``search``: pack folders looked in first (``--sources``), then ``$SYNCFUZZ_SOURCES`` and ``sources/``,
+    as ``run --legacy vllm==X`` resolves a release.
     """
     try:
         from fuzz.packs import release_source
     except ImportError:  # fuzz/packs.py is not in this checkout: the wheel cache alone
         wheel = cached_wheel(version, cache or default_cache())
         return WheelSource(wheel) if wheel else None
-    return release_source(version, cache=cache)
+    return release_source(version, search, cache=cache)
 
 
-def default_source(version: str, cache: Path, quiet: bool = False, pip_args: Sequence[str] = ()) -> Source:
-    """Where vllm ``version`` is read from when no flag names a source: its source pack in the
-    repo, else its wheel from the cache, downloaded with pip if missing."""
-    return pack_source(version, cache) or WheelSource(fetch_wheel(version, cache, quiet=quiet, pip_args=pip_args))
+def default_source(version: str, cache: Path, quiet: bool = False, pip_args: Sequence[str] = (),
+                   search: Sequence[str] = ()) -> Source:
+    """Where vllm ``version`` is read from when no flag names a source: its source pack (``search``,
+    ``$SYNCFUZZ_SOURCES``, the repo's), else its wheel from the cache, downloaded with pip if missing."""
+    return (pack_source(version, cache, search)
+            or WheelSource(fetch_wheel(version, cache, quiet=quiet, pip_args=pip_args)))
 
 
 # --------------------------------------------------------------------------- CLI
@@ -155,6 +159,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--against", metavar="vllm==X|PATH",
                    help="drift: compare the upstream functions with this version (vllm==X, a .whl, a directory or "
                         "'installed') instead of verifying the copies")
+    p.add_argument("--sources", action="append", default=[], metavar="DIR",
+                   help="source packs (python -m fuzz sources fetch) where vllm==X resolves, before "
+                        "$SYNCFUZZ_SOURCES and the packs shipped in sources/ (repeatable); a release found in a "
+                        "pack is never downloaded")
     p.add_argument("--legacy-diffs", action="store_true",
                    help="with --against: also print the legacy side's diffs (they mostly show the PR itself)")
 
@@ -182,13 +190,22 @@ def _given_sources(args: argparse.Namespace, pairs_in_play: Sequence[tuple[str, 
     return given
 
 
+def _pack_folders(folders: Sequence[str]) -> list[str]:
+    """--sources folders, checked (one line and exit 2) before any download."""
+    for folder in folders:
+        if not folder.strip() or not Path(folder).expanduser().is_dir():  # "" would be the current folder
+            raise UsageError(f"--sources {folder!r} is not a directory; pass the --into folder of "
+                             "python -m fuzz sources fetch")
+    return [str(Path(folder).expanduser().resolve()) for folder in folders]
+
+
 def cmd_provenance(args: argparse.Namespace) -> int:
+    from fuzz.preflight import check_cache, refuse_empty
     from fuzz.targets import lookup
 
-
-    cache = Path(args.cache).expanduser() if getattr(args, "cache", None) else default_cache()
-    if cache.exists() and not cache.is_dir():
-        raise UsageError(f"--cache {str(cache)!r} is a file; pass a directory (it is created if missing)")
+    refuse_empty({f"--{flag.replace('_', '-')}": getattr(args, flag, None)
+                  for flag in ("legacy_source", "optimized_source", "against")})
+    cache = check_cache(getattr(args, "cache", None), default_cache)
     against_spec = getattr(args, "against", None)
     if getattr(args, "legacy_diffs", False) and not against_spec:
         raise UsageError("--legacy-diffs only applies to drift; add --against vllm==VERSION (or a path)")
@@ -207,17 +224,19 @@ def cmd_provenance(args: argparse.Namespace) -> int:
     given = _given_sources(args, pairs_in_play)
     against_version = _against_version(against_spec) if against_spec else None
     against = open_source(against_spec, "--against") if against_spec and not against_version else None
+    search = _pack_folders(getattr(args, "sources", None) or [])
     for version, (source, flag) in given.items():
         if source.version and source.version != version:
             print(f"[provenance] warning: {flag} is vllm {source.version}, but the copies it is checked against "
                   f"were taken from vllm {version}", file=sys.stderr)
     needed = list(dict.fromkeys(side_version(pair, side) for side, pair in groups))
-    sources = {version: given[version][0] if version in given else default_source(version, cache)
+    sources = {version: given[version][0] if version in given else default_source(version, cache, search=search)
                for version in needed}
     reports = [r for (side, pair), names in groups.items()
                for r in check_side(side, sources[side_version(pair, side)], everyone, names, pair=pair)]
     if against_spec:
-        against = against or WheelSource(fetch_wheel(against_version, cache))
+        # A shipped or fetched pack first: the release's wheel is ~320 MB, its pack well under 1 MB.
+        against = against or default_source(against_version, cache, search=search)
         drifts = drift_report(chosen, sources, against, reports)
         for line in format_drift(drifts, against, getattr(args, "legacy_diffs", False)):
             print(line)

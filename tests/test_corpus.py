@@ -1,0 +1,104 @@
+"""The corpus between runs: the example database keyed by what ran, old journal folders pruned."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from fuzz.cli import prune_journals
+from fuzz.config import RunConfig
+from fuzz.runner import _database_key, fuzz_target
+from fuzz.targets import lookup
+from tests.test_sides import FLA, tree
+
+# Offsets one too high for a sequence longer than 50 only: found after some examples, not at the first.
+LATE_BUG = {FLA: ("triton.cdiv(prepare_lens(cu_seqlens), chunk_size)]",
+                  "triton.cdiv(prepare_lens(cu_seqlens), chunk_size) + (prepare_lens(cu_seqlens) > 50)]")}
+
+
+def saved(corpus, target, config) -> set[bytes]:
+    return set(DirectoryBasedExampleDatabase(str(corpus / "hypothesis")).fetch(_database_key(target, config)))
+
+
+def test_copy_keys_are_unchanged_and_other_sides_have_their_own():
+    (target,) = lookup(["fla-chunk-offsets"])
+    copies = RunConfig()
+    # The key every corpus saved before sides existed: existing corpora stay warm.
+    import hashlib
+
+    assert _database_key(target, copies) == hashlib.sha256(b"syncfuzz:fla-chunk-offsets:caller:cases").digest()
+    keys = {_database_key(target, copies.replace(**sides)) for sides in (
+        {}, {"optimized": "/src/vllm"}, {"optimized": "vllm==0.30.0"}, {"legacy": "vllm==0.30.0"},
+        {"legacy": "/src/vllm"}, {"contract": "wide"})}
+    assert len(keys) == 6
+
+
+def test_a_branch_failure_survives_a_run_of_the_copies_and_is_replayed_first(tmp_path):
+    branch = tree(tmp_path, LATE_BUG)
+    corpus = tmp_path / "corpus"
+    (target,) = lookup(["fla-chunk-offsets"])
+    on_branch = RunConfig(max_examples=200, seed=0, corpus=str(corpus), optimized=str(branch.resolve()))
+    first = fuzz_target(target, on_branch)
+    assert first.failures and first.first_failure_at > 1, first.first_failure_at
+    kept = saved(corpus, target, on_branch)
+    assert kept
+    # The copies agree on those inputs: replayed under the same key they would pass and be deleted.
+    copies = fuzz_target(target, on_branch.replace(optimized="copy", max_examples=50))
+    assert not copies.failures and copies.examples == 50
+    assert saved(corpus, target, on_branch) == kept
+    again = fuzz_target(target, on_branch.replace(seed=1))
+    assert again.failures and again.first_failure_at == 1  # straight from the example database
+
+
+# --------------------------------------------------------------------------- journal folders
+
+
+def dead_pid() -> int:
+    """A pid that no process has now (a child that has exited and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_old_journal_folders_are_pruned_but_never_a_live_run_nor_other_files(tmp_path):
+    journal = tmp_path / "journal"
+    dead = dead_pid()
+    names = [f"20261201-1000{n:02d}-{dead}" for n in range(6)]
+    for name in names:
+        (journal / name / "gw0").mkdir(parents=True)
+    live = f"20261130-090000-{os.getpid()}"  # the oldest, but its run is alive
+    (journal / live).mkdir()
+    others = [journal / "notes", journal / "20261201-100000-x"]
+    for other in others:
+        other.mkdir()
+    (journal / "20261201-100001-7.txt").write_text("not a folder")
+    # Keep 3 runs' folders: this run's own (made after pruning) and the 2 newest before it.
+    removed = prune_journals(journal, keep=3)
+    assert sorted(p.name for p in removed) == names[:4]
+    assert sorted(p.name for p in journal.iterdir()) == sorted(
+        [*names[4:], live, "notes", "20261201-100000-x", "20261201-100001-7.txt"])
+    assert prune_journals(journal, keep=3) == []
+    assert prune_journals(tmp_path / "no-journal-yet", keep=1) == []
+
+
+def test_keep_journals_is_a_run_flag_and_prunes_at_run_start(tmp_path):
+    from tests.support import cli
+
+    journal = tmp_path / "corpus" / "journal"
+    dead = dead_pid()
+    for n in range(4):
+        (journal / f"20261201-1000{n:02d}-{dead}").mkdir(parents=True)
+    done = cli("run", "--target", "fla-chunk-offsets", "--device", "cpu", "--max-examples", "5", "--seed", "0",
+               "--corpus", str(tmp_path / "corpus"), "--keep-journals", "2", "--confirm", "0")
+    assert done.returncode == 0, done.stderr
+    left = sorted(p.name for p in journal.iterdir())
+    # The newest old folder and this run's own.
+    assert len(left) == 2 and f"20261201-100003-{dead}" in left, left
+    (own,) = [name for name in left if not name.endswith(f"-{dead}")]
+    assert re.fullmatch(r"\d{8}-\d{6}-\d+", own), left
+    bad = cli("run", "--keep-journals", "0", "--corpus", str(tmp_path / "c2"))
+    assert bad.returncode == 2 and "--keep-journals" in bad.stderr and not (tmp_path / "c2").exists()
