@@ -15,8 +15,6 @@ import json
 import math
 import os
 import random
-import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -24,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
+from fuzz import journals
 from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError, UsageError
 from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Interrupted, Report, TargetEntry
@@ -143,10 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", choices=sorted(PROFILES),
                      help="premerge: seed 0, 100 examples/target, deterministic; nightly: 1 h budget, "
                           "seed rotating daily (explicit flags win)")
-    run.add_argument("--keep-journals", type=_positive_int, default=DEFAULT_KEEP_JOURNALS, metavar="N",
+    run.add_argument("--keep-journals", type=_positive_int, default=journals.DEFAULT_KEEP_JOURNALS, metavar="N",
                      help=f"keep the journal folders of the last N runs in the corpus, this one included "
-                          f"(default {DEFAULT_KEEP_JOURNALS}); older ones are deleted as the run starts, never a "
-                          "live run's")
+                          f"(default {journals.DEFAULT_KEEP_JOURNALS}); older ones are deleted as the run starts, "
+                          "never a live run's")
     run.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                      help="pytest-xdist workers (one GPU each, round-robin); 1 runs here")
     run.add_argument("--pieces", type=_positive_int, default=1, metavar="K",
@@ -521,11 +520,11 @@ def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEn
 def _fuzz(args: argparse.Namespace, targets: list, items: list, config: RunConfig, corpus: Path,
           seconds: float | None) -> list[TargetEntry]:
     """The fuzzing phase: items in pytest-xdist workers, or one after another here."""
-    prune_journals(corpus / "journal", args.keep_journals)  # every check passed: the run starts now
+    journals.prune_journals(corpus / "journal", args.keep_journals)  # every check passed: the run starts now
     if args.workers > 1:
         from fuzz.workers import run_with_xdist
 
-        return run_with_xdist(items, config, seconds, journal_folder(corpus), show_items=not args.quiet)
+        return run_with_xdist(items, config, seconds, journals.journal_folder(corpus), show_items=not args.quiet)
     from fuzz.config import Hooks
     from fuzz.isolation import Isolation
     from fuzz.orchestrate import fuzz_all
@@ -536,54 +535,8 @@ def _fuzz(args: argparse.Namespace, targets: list, items: list, config: RunConfi
     if not args.quiet:
         hooks = Hooks(progress=(lambda outcome: show_worker_line(progress_line(outcome), sys.stderr, live)),
                       item_done=lambda item, entry: show_worker_line(item_line(item.key, entry), sys.stderr, live))
-    isolation = Isolation(workdir=journal_folder(corpus), progress=not args.quiet) if config.isolated else None
+    isolation = Isolation(workdir=journals.journal_folder(corpus), progress=not args.quiet) if config.isolated else None
     return fuzz_all(targets, config, hooks, isolation, items, seconds=seconds)
-
-
-def journal_folder(corpus: Path) -> Path:
-    """This run's own journal folder in the corpus: runs sharing a corpus never
-    read each other's journals or results (the example database and failures/
-    are shared on purpose: saves there are atomic)."""
-    return corpus / "journal" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-
-
-# What journal_folder() names: nothing else in journal/ is ever pruned.
-_JOURNAL_NAME = re.compile(r"(\d{8}-\d{6})-(\d+)")
-DEFAULT_KEEP_JOURNALS = 20
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process with this pid exists (a reused pid keeps a dead run's folder: harmless)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
-def prune_journals(journal: Path, keep: int) -> list[Path]:
-    """Delete old run folders of ``journal`` so that, with the folder this run is about
-    to make, the last ``keep`` runs' folders are kept; return those deleted.
-
-    Only folders named as journal_folder() names them (``<time>-<pid>``) are candidates,
-    and never one whose run is alive: a run still writing its journal, or sharing the
-    corpus now. A folder another run prunes at the same moment is already gone: fine."""
-    if not journal.is_dir():
-        return []
-    runs = []
-    for path in journal.iterdir():
-        match = _JOURNAL_NAME.fullmatch(path.name)
-        if match and path.is_dir() and not path.is_symlink():
-            runs.append(((match.group(1), int(match.group(2))), path))
-    runs.sort(reverse=True)  # newest first: the time in the name, then the pid
-    removed = []
-    for (_, pid), path in runs[max(keep - 1, 0):]:
-        if not _alive(pid):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
 
 
 def _print_summary(report: Report) -> None:

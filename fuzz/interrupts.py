@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any, Callable
 
 PHASES = ("set-up", "fuzzing", "confirmation", "writing")
 PHASE_FILE_ENV = "SYNCFUZZ_PHASE_FILE"
@@ -82,7 +83,7 @@ class _Guard:
 # A signal that lands inside an import is raised once the import is done; one raised but swallowed
 # by the code it landed in is raised again after RETRY_SECONDS.
 REDELIVER_SECONDS = 0.05
-RETRY_SECONDS = 1.0
+RETRY_SECONDS = 0.5
 
 
 def _inside_import(frame: FrameType | None) -> bool:
@@ -120,12 +121,29 @@ def guard_signals() -> Iterator[None]:
     outer, _GUARD = _GUARD, _Guard()
     _GUARD.received = outer.received  # one that came before (hold_early_signals): enter() raises it
     previous = {s: signal.signal(s, _GUARD.handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = _quiet_about_interrupts(unraisable)
     try:
         yield
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+        sys.unraisablehook = unraisable
         _GUARD = outer
+
+
+def _quiet_about_interrupts(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """An unraisable-exception hook that drops our KeyboardInterrupt. Raised where
+    Python cannot pass it on (a gc callback -- Hypothesis has one --, a __del__),
+    it is swallowed with a traceback on stderr; the guard raises it again
+    (RETRY_SECONDS), so the traceback would only alarm the reader."""
+
+    def hook(unraisable: Any) -> None:
+        if unraisable.exc_type is KeyboardInterrupt and _GUARD.received:
+            return
+        previous(unraisable)
+
+    return hook
 
 
 @contextmanager

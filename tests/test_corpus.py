@@ -9,8 +9,8 @@ import sys
 
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from fuzz.cli import prune_journals
 from fuzz.config import RunConfig
+from fuzz.journals import prune_journals
 from fuzz.runner import _database_key, fuzz_target
 from fuzz.targets import lookup
 from tests.test_sides import FLA, tree

@@ -138,3 +138,35 @@ def test_the_phase_file_names_every_phase_of_a_whole_run(tmp_path):
         ["set-up", "fuzzing", "confirmation", "writing"]
     assert "result: 0/1 targets agree, 0 with new failures (0 new), 1 with known failures only" in out
     assert "exit 0: no failure" in out
+
+
+def test_a_signal_swallowed_where_it_landed_is_raised_again_without_a_traceback(capsys):
+    """Raised inside a gc callback (Hypothesis installs one), the KeyboardInterrupt is
+    swallowed by Python with a traceback; the guard hides that and raises it again."""
+    import gc
+    import threading
+
+    from fuzz.interrupts import RETRY_SECONDS, guard_signals, interrupted_by
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can be set in the main thread only")
+
+    def signal_inside_gc(phase: str, _info: dict) -> None:
+        if phase == "start" and not fired:
+            fired.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))  # a few bytecodes: the handler runs here, inside the callback
+
+    fired: list[bool] = []
+    gc.callbacks.append(signal_inside_gc)
+    try:
+        with guard_signals():
+            with pytest.raises(KeyboardInterrupt):
+                gc.collect()
+                waited = time.monotonic()
+                while time.monotonic() - waited < 20 * RETRY_SECONDS:  # the retry comes after RETRY_SECONDS
+                    time.sleep(0.01)
+            assert interrupted_by() == "SIGTERM"
+    finally:
+        gc.callbacks.remove(signal_inside_gc)
+    assert fired and "Traceback" not in capsys.readouterr().err

@@ -1,0 +1,60 @@
+"""The corpus' journal folder: one folder per run, and the pruning of old ones.
+
+Each run journals its workers' examples, job files and results in a folder of
+its own (``journal/<time>-<pid>/``), so runs sharing a corpus never read each
+other's (docs/reliability.md). ``run --keep-journals N`` keeps the last N.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+
+def journal_folder(corpus: Path) -> Path:
+    """This run's own journal folder in the corpus: runs sharing a corpus never
+    read each other's journals or results (the example database and failures/
+    are shared on purpose: saves there are atomic)."""
+    return corpus / "journal" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+# What journal_folder() names: nothing else in journal/ is ever pruned.
+_JOURNAL_NAME = re.compile(r"(\d{8}-\d{6})-(\d+)")
+DEFAULT_KEEP_JOURNALS = 20
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this pid exists (a reused pid keeps a dead run's folder: harmless)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def prune_journals(journal: Path, keep: int) -> list[Path]:
+    """Delete old run folders of ``journal`` so that, with the folder this run is about
+    to make, the last ``keep`` runs' folders are kept; return those deleted.
+
+    Only folders named as journal_folder() names them (``<time>-<pid>``) are candidates,
+    and never one whose run is alive: a run still writing its journal, or sharing the
+    corpus now. A folder another run prunes at the same moment is already gone: fine."""
+    if not journal.is_dir():
+        return []
+    runs = []
+    for path in journal.iterdir():
+        match = _JOURNAL_NAME.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink():
+            runs.append(((match.group(1), int(match.group(2))), path))
+    runs.sort(reverse=True)  # newest first: the time in the name, then the pid
+    removed = []
+    for (_, pid), path in runs[max(keep - 1, 0):]:
+        if not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
