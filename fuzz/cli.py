@@ -1,6 +1,6 @@
 """syncfuzz's command line: differential fuzzing of legacy vs optimized copies (docs/design.md).
 
-Subcommands: list, run, replay, merge-reports, selftest, provenance, sources, new-target.
+Subcommands: list, run, replay, merge-reports, trend, selftest, provenance, sources, new-target.
 
 Exit codes: 0 no failure, 1 a failing verdict found (or a replayed failure still fails), 2 usage or input
 error -- one line on stderr naming the problem and the fix, before any work -- or a fuzzer bug, 3 incomplete
@@ -42,12 +42,16 @@ from fuzz.report import closing_line
 from fuzz.scaffold import add_parser as add_new_target_parser
 from fuzz.scaffold import cmd_new_target
 from fuzz.targets import CONTRACTS
+from fuzz.trend import add_parser as add_trend_parser
+from fuzz.trend import cmd_trend
 
 EXIT_CODES_HELP = ("exit codes: 0 no failure, 1 a failing verdict (or a replayed failure still fails), "
                    "2 usage or input error (one line naming the problem and the fix) or a fuzzer bug, "
                    "3 incomplete: no failure found, but some target x device ran no example")
 DEFAULT_MAX_EXAMPLES = 200
 DEFAULT_CORPUS = "fuzz-corpus"
+# When this invocation started (UTC): a report's run.started, which `fuzz trend` orders nights by.
+_STARTED = [datetime.now(timezone.utc).isoformat(timespec="seconds")]  # reset as each run starts (cmd_run)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -153,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", metavar="I/N", help="run only shard I of N of the items (hosts split a run)")
     run.add_argument("--markdown", metavar="FILE", help="write a Markdown summary here")
     run.add_argument("--junit", metavar="FILE", help="write JUnit XML here (one test case per target and device)")
+    run.add_argument("--html", metavar="FILE", help=HTML_HELP)
     run.add_argument("--known-issues", metavar="FILE",
                      help="accepted findings (JSON): matching failures are reported as known and do not fail the run")
     run.add_argument("--confirm", type=int, default=3, metavar="N",
@@ -177,11 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("inputs", metavar="IN.json", nargs="+")
     merge.add_argument("--markdown", metavar="FILE")
     merge.add_argument("--junit", metavar="FILE")
+    merge.add_argument("--html", metavar="FILE", help=HTML_HELP)
 
     replay = commands.add_parser("replay", help="re-run a saved failure in a fresh process")
     replay.add_argument("file", metavar="FILE|DIR",
                         help="a repro file, or a folder (e.g. fuzz-corpus/failures): every *.json in it, in a table")
     replay.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the saved one")
+    add_trend_parser(commands)
     add_provenance_parser(commands)
     add_new_target_parser(commands)
     add_sources_parser(commands)
@@ -267,7 +274,8 @@ def _check_run_collisions(args: argparse.Namespace, outputs: dict[str, Path]) ->
         if spec != "copy" and spec.strip() and release_version(spec) is None:
             inputs[f"--{role}"] = Path(spec).expanduser()
     corpus = Path(args.corpus) if args.corpus.strip() else None
-    check_no_collisions({f"--{name}": path for name, path in outputs.items()}, inputs, corpus)
+    check_no_collisions({**{f"--{name}": path for name, path in outputs.items()}, **markdown_images(outputs)},
+                        inputs, corpus)
 
 
 # Resident memory of one --workers worker: its pytest-xdist process and the isolated fuzz
@@ -412,9 +420,10 @@ class _RunState:
 def cmd_run(args: argparse.Namespace) -> int:
     from fuzz.interrupts import guard_signals, interrupted_by
 
+    _STARTED[0] = datetime.now(timezone.utc).isoformat(timespec="seconds")  # this run's, not the process's
     _apply_profile(args)
     _validate_run(args)
-    outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit})
+    outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit, "html": args.html})
     _check_run_collisions(args, outputs)
     state = _RunState(outputs, fallback=Path(args.corpus) / "reports" if args.corpus.strip() else None)
     # From here on, SIGTERM/SIGINT in any phase still writes the report of what finished.
@@ -626,7 +635,8 @@ def _run_info(config: RunConfig) -> dict:
     from fuzz.sides import side_identities
 
     sides = side_identities(config)
-    return {**config.to_json(), "sides": sides, "scope": run_scope(config, sides, parse_shard(config.shard))}
+    return {**config.to_json(), "sides": sides, "scope": run_scope(config, sides, parse_shard(config.shard)),
+            "started": _STARTED[0]}
 
 
 def _versions(config: RunConfig) -> dict:
@@ -639,13 +649,15 @@ def _versions(config: RunConfig) -> dict:
 
 def _write_outputs(report: Report, outputs: dict[str, Path], fallback: Path | None = None, say: bool = True) -> bool:
     """Write each output asked for; False if one had to go to a fallback path (said on stderr)."""
-    from fuzz.formats import junit_xml, markdown
+    from fuzz.formats import junit_xml
+    from fuzz.html import html_report
     from fuzz.outputs import write_json, write_text
     from fuzz.preflight import write_or_fall_back
 
     writers = {"report": lambda p: write_json(p, report.to_json()),
-               "markdown": lambda p: write_text(p, markdown(report)),
-               "junit": lambda p: write_text(p, junit_xml(report))}
+               "markdown": lambda p: write_markdown(report, p),
+               "junit": lambda p: write_text(p, junit_xml(report)),
+               "html": lambda p: write_text(p, html_report(report))}
     where_asked = True
     for name, path in outputs.items():
         written = write_or_fall_back(path, writers[name], fallback)
@@ -656,6 +668,44 @@ def _write_outputs(report: Report, outputs: dict[str, Path], fallback: Path | No
         if say:
             print(f"{name}: {written}")
     return where_asked
+
+
+HTML_HELP = ("write the report as one self-contained HTML page here (summary, charts, failures, run; inline CSS "
+             "and SVG, opens offline)")
+
+
+def markdown_images(outputs: dict[str, Path]) -> dict[str, Path]:
+    """{label: path} of the PNG charts written beside --markdown FILE (FILE-syncs.png, ...), each checked
+    like an output (writable, replacing only a PNG); none without --markdown or without matplotlib."""
+    from fuzz.charts import have_matplotlib
+    from fuzz.charts import markdown_images as beside
+
+    if "markdown" not in outputs or not have_matplotlib():
+        return {}
+    images = {f"--markdown's {key} chart": path for key, path in beside(outputs["markdown"]).items()}
+    for label, path in images.items():
+        check_output(label, str(path))
+        check_overwrite(label, path, "png")
+    return images
+
+
+def write_markdown(report: Report, path: Path) -> None:
+    """The Markdown summary, and (matplotlib installed) its charts as PNGs beside it, linked by file name."""
+    from fuzz.charts import have_matplotlib, report_charts
+    from fuzz.charts import markdown_images as beside
+    from fuzz.formats import markdown
+    from fuzz.outputs import write_bytes, write_text
+
+    images, notes = {}, []
+    if have_matplotlib():
+        paths = beside(path)
+        for chart in report_charts(report, "png"):
+            if chart.image is None:
+                notes.append(f"{chart.title}: {chart.note}")
+                continue
+            write_bytes(paths[chart.key], chart.image)
+            images[chart.title] = paths[chart.key].name
+    write_text(path, markdown(report, images, notes))
 
 
 def _to_kill(examples: dict | None) -> str:
@@ -705,10 +755,10 @@ def cmd_merge_reports(args: argparse.Namespace) -> int:
     from fuzz.merge import incomplete_note, merge_reports, read_report
     from fuzz.report import summary_table
 
-    outputs = check_outputs({"report": args.output, "markdown": args.markdown, "junit": args.junit},
-                            labels={"report": "OUT"})
-    check_no_collisions({"OUT" if name == "report" else f"--{name}": path for name, path in outputs.items()},
-                        {"IN": [Path(name) for name in args.inputs]})
+    outputs = check_outputs({"report": args.output, "markdown": args.markdown, "junit": args.junit,
+                             "html": args.html}, labels={"report": "OUT"})
+    check_no_collisions({**{"OUT" if name == "report" else f"--{name}": path for name, path in outputs.items()},
+                         **markdown_images(outputs)}, {"IN": [Path(name) for name in args.inputs]})
     # Every refusal (unreadable, overlapping, another run's) is raised here, before anything is written.
     merged = merge_reports([(name, read_report(name)) for name in args.inputs])
     print(summary_table(merged.targets))
@@ -855,6 +905,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         check_environment()  # before any command reads a variable deep inside its work
         commands = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "merge-reports": cmd_merge_reports,
+                    "trend": cmd_trend,
                     "selftest": cmd_selftest, "provenance": cmd_provenance,
                     "sources": cmd_sources, "new-target": cmd_new_target}
         return commands[args.command](args)

@@ -7,6 +7,7 @@ Renderers of the report model: verdicts and labels come from
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from xml.etree import ElementTree as ET
 
 from fuzz.model import Failure, Report
@@ -25,7 +26,9 @@ def _failure_label(failure: Failure) -> str:
     return label
 
 
-def markdown(report: Report) -> str:
+def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Sequence[str] = ()) -> str:
+    """The report in Markdown; ``images`` {chart title: PNG file name beside the Markdown file} are linked
+    under "## Charts", with ``notes`` (why a chart is missing) after them."""
     run = report.run
     lines = ["# syncfuzz report", ""]
     if "seed" in run:
@@ -52,6 +55,11 @@ def markdown(report: Report) -> str:
         lines.append(f"| {entry.name} | {device} | {tally.examples if tally else 0} | {verdict} | "
                      f"{sync_column(entry, device).replace('->', '→')} | "
                      f"{consumer_column(entry, device).replace('->', '→')} | {len(new)} | {len(failures) - len(new)} |")
+    if images or notes:
+        lines += ["", "## Charts", ""]
+        for title, file in (images or {}).items():
+            lines += [f"![{title}]({file})", ""]
+        lines += [f"_{note}_" for note in notes]
     details = [(e, f) for e in report.targets for f in e.failures]
     if details:
         lines += ["", "## Failures", ""]

@@ -11,13 +11,19 @@ from typing import Any
 
 def write_text(path: Path, text: str) -> None:
     """Atomic write of a text output (Markdown, JUnit XML, a report)."""
+    write_bytes(path, text.encode())
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Atomic write: a temporary file in the same folder, then a rename; a reader sees the whole file or
+    none, and an interrupted write leaves nothing behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         # mkstemp makes 0600 files; an output is the user's, made as open() would.
         os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

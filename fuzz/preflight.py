@@ -157,7 +157,8 @@ def check_outputs(flags: Mapping[str, str | None], labels: Mapping[str, str] | N
 
 
 # What an existing file at an output path must be for the output to replace it.
-OUTPUT_KINDS = {"report": "report", "markdown": "text", "junit": "text", "json": "selftest"}
+OUTPUT_KINDS = {"report": "report", "markdown": "text", "junit": "text", "json": "selftest", "html": "html"}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _describe(path: Path) -> str:
@@ -198,17 +199,43 @@ def check_overwrite(flag: str, path: Path, kind: str) -> None:
     * ``selftest`` (``selftest --json``): only earlier selftest results;
     * ``text`` (``--markdown``, ``--junit``): any text file but JSON (a report,
       a repro, a known-issues file: never a Markdown or XML output) and binary
-      files."""
+      files;
+    * ``html`` (``--html``): only an earlier HTML report of ours (its first
+      lines hold fuzz.html.HTML_MARK), never another page or text file;
+    * ``png`` (the charts beside ``--markdown``): only a PNG image."""
     if not path.is_file():
         return
     description = _describe(path)
-    allowed = {"report": description == f"format:{REPORT_FORMAT}", "selftest": description == "selftest",
-               "text": description == "text"}[kind]
+    if kind == "html":
+        allowed = description == "text" and _starts_like_html_report(path)
+    elif kind == "png":
+        allowed = _head(path, len(PNG_MAGIC)) == PNG_MAGIC
+    else:
+        allowed = {"report": description == f"format:{REPORT_FORMAT}", "selftest": description == "selftest",
+                   "text": description == "text"}[kind]
     if not allowed:
+        if kind in ("html", "png"):
+            wanted = "an HTML report of syncfuzz" if kind == "html" else "a PNG image"
+            raise UsageError(f"{flag} {str(path)!r} already exists and is {_wording(description)}, not {wanted}; "
+                             "it is not replaced: choose another path, or move that file away first")
         wanted = {"report": f"a {REPORT_FORMAT} report", "selftest": "selftest results",
                   "text": "a Markdown/XML output"}[kind]
         raise UsageError(f"{flag} {str(path)!r} already exists and is {_wording(description)}, not {wanted}; "
                          "it is not replaced: choose another path, or move that file away first")
+
+
+def _head(path: Path, size: int) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(size)
+    except OSError:
+        return b""
+
+
+def _starts_like_html_report(path: Path) -> bool:
+    from fuzz.html import HTML_MARK
+
+    return HTML_MARK.encode() in _head(path, 512)
 
 
 def _same_file(a: Path, b: Path) -> bool:

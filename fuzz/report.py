@@ -47,10 +47,22 @@ def rows(entries: Iterable[TargetEntry]) -> list[tuple[TargetEntry, str | None]]
     return out
 
 
+SUMMARY_HEADER = ("target", "device", "examples", "agree", "both-raised", "verdict", "syncs legacy->optimized",
+                  "consumer syncs")
+
+
 def summary_table(entries: Iterable[TargetEntry]) -> str:
-    header = ("target", "device", "examples", "agree", "both-raised", "verdict", "syncs legacy->optimized",
-              "consumer syncs")
-    table = [header]
+    table = summary_rows(entries)
+    header = table[0]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def summary_rows(entries: Iterable[TargetEntry]) -> list[tuple[str, ...]]:
+    """The summary table's cells, its header first (the terminal table and the HTML report show these)."""
+    table: list[tuple[str, ...]] = [SUMMARY_HEADER]
     for entry, device in rows(entries):
         if device is None:
             table.append((entry.name, "-", "0", "-", "-", SKIPPED, entry.skipped or "", ""))
@@ -60,10 +72,7 @@ def summary_table(entries: Iterable[TargetEntry]) -> str:
         agree = tally.verdicts.get("agree", 0) if tally else 0
         table.append((entry.name, device, str(examples), str(agree), str(tally.both_raised if tally else 0),
                       entry.label_on(device), sync_column(entry, device), consumer_column(entry, device)))
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return table
 
 
 def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:

@@ -77,3 +77,25 @@ def test_the_default_test_run_leaves_out_the_slow_tests(tmp_path):
 
     assert collected() == ["test_fast"]
     assert collected("-m", "slow") == ["test_slow"]
+
+
+def test_the_nightly_keeps_its_reports_and_shows_the_trend_in_its_summary():
+    """Each night's JSON is an artifact; the trend step reads the last nights' (downloaded by that
+    artifact's name) and tonight's, its Markdown goes to the job summary and its HTML is uploaded."""
+    text = (ROOT / ".github" / "workflows" / "nightly-gpu-fuzz.yml").read_text()
+    (trend,) = [c for c in _fuzz_commands(text) if c.startswith("python3 -m fuzz trend ")]
+    args = build_parser().parse_args(shlex.split(trend)[3:])
+    assert args.markdown == "trend.md" and args.html == "trend.html"
+    assert args.reports[-1] == "nightly-caller.json" and args.reports[0].startswith("previous/")
+    assert "--report nightly-caller.json" in re.sub(r"\s+", " ", text)  # tonight's report is the one written
+    assert "name: nightly-fuzz" in text and "nightly*.json" in text  # kept as an artifact...
+    assert "gh run download" in text and "--name nightly-fuzz" in text  # ...and read back the next nights
+    assert 'cat trend.md >> "$GITHUB_STEP_SUMMARY"' in text
+    assert re.search(r"path: \|\n\s+trend\.html", text)
+
+
+def test_premerge_puts_its_markdown_in_the_job_summary():
+    text = (ROOT / ".github" / "workflows" / "premerge.yml").read_text()
+    (run,) = [c for c in _fuzz_commands(text) if c.startswith("python3 -m fuzz run ")]
+    markdown = build_parser().parse_args(shlex.split(run)[3:]).markdown
+    assert f'cat {markdown} >> "$GITHUB_STEP_SUMMARY"' in text

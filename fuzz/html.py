@@ -1,0 +1,217 @@
+"""The report as one self-contained HTML page (``--html FILE``): opens offline, from a CI artifact or a mail.
+
+A renderer of the report model like the table and Markdown: the summary rows are fuzz.report.summary_rows,
+the closing line is fuzz.report.closing_line, the charts are fuzz.charts' (inline SVG). Inline CSS and a
+few lines of inline script (click a column header to sort); no external URL, no CDN. Every string of the
+report -- inputs, messages, names -- is data and is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from fuzz.charts import report_charts, svg_for_html
+from fuzz.model import Failure, Report, TargetEntry
+from fuzz.report import SUMMARY_HEADER, closing_line, failure_lines, summary_rows
+from fuzz.verdicts import CRASH_VERDICTS
+
+# The page's first lines: what an existing file must start with for --html to replace it (fuzz/preflight.py).
+HTML_MARK = '<meta name="generator" content="syncfuzz html report">'
+HEAD = f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n{HTML_MARK}\n'
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1200px;
+padding:0 1em;color:#1a202c}
+h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #e2e8f0}
+h3{font-size:1.02em;margin-bottom:.3em}
+table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #e2e8f0;padding:3px 8px;text-align:left;
+vertical-align:top}th{background:#f7fafc}table.sortable th{cursor:pointer}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.result{font-weight:600;padding:.5em .8em;border-radius:4px;background:#f0fff4;border:1px solid #9ae6b4}
+.result.bad{background:#fff5f5;border-color:#feb2b2}.result.incomplete{background:#fffff0;border-color:#faf089}
+.new{color:#c53030;font-weight:600}.known{color:#718096}.agree{color:#276749}
+pre,code{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;background:#f7fafc}
+pre{padding:.6em;overflow-x:auto;border:1px solid #e2e8f0;white-space:pre-wrap;word-break:break-all}
+.failure{border-left:4px solid #c53030;padding-left:.8em;margin:1em 0}.failure.is-known{border-color:#a0aec0}
+figure{margin:1em 0}figcaption{font-weight:600}figure svg{max-width:100%;height:auto}
+.note{color:#718096;font-style:italic}
+"""
+
+# Click a header to sort its table by that column (numbers as numbers); a second click reverses.
+SCRIPT = """
+document.querySelectorAll("table.sortable th").forEach(function (th, _) {
+  th.addEventListener("click", function () {
+    var table = th.closest("table"), body = table.tBodies[0], col = th.cellIndex;
+    var up = th.getAttribute("data-dir") !== "up";
+    table.querySelectorAll("th").forEach(function (h) { h.removeAttribute("data-dir"); });
+    th.setAttribute("data-dir", up ? "up" : "down");
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = a.cells[col].textContent, y = b.cells[col].textContent;
+      var nx = parseFloat(x), ny = parseFloat(y);
+      var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+      return up ? c : -c;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  });
+});
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _table(header: tuple[str, ...] | list[str], rows: list, sortable: bool = False,
+           numeric: tuple[int, ...] = ()) -> str:
+    cls = ' class="sortable"' if sortable else ""
+    out = [f"<table{cls}><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr></thead><tbody>"]
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            cells.append(f'<td class="num">{_e(cell)}</td>' if i in numeric else f"<td>{_e(cell)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _text(value: Any) -> str:
+    """A config or version value as one line of text (nested values as JSON)."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return "" if value is None else str(value)
+
+
+def _key_values(mapping: Mapping[str, Any]) -> str:
+    return _table(("setting", "value"), [(k, _text(v)) for k, v in mapping.items()])
+
+
+def _result_class(report: Report) -> str:
+    code = report.exit_code()
+    return "" if code == 0 else ("incomplete" if code == 3 else "bad")
+
+
+def _summary(report: Report) -> str:
+    table = summary_rows(report.targets)
+    out = ['<table class="sortable" id="summary"><thead><tr>'
+           + "".join(f"<th>{_e(h)}</th>" for h in SUMMARY_HEADER) + "</tr></thead><tbody>"]
+    verdict_at = SUMMARY_HEADER.index("verdict")
+    for row in table[1:]:
+        cells = []
+        for i, cell in enumerate(row):
+            cls = "num" if i in (2, 3, 4) else ""
+            if i == verdict_at:
+                cls = "agree" if cell == "agree" else ("known" if cell.endswith("(known)") else
+                                                      "new" if cell not in ("skipped", "untested") else "")
+            cells.append(f'<td class="{cls}">{_e(cell)}</td>' if cls else f"<td>{_e(cell)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _notes(report: Report) -> str:
+    """Upstream, fuzzer-error, cannot-build and untested lines (as the terminal says them), without failures."""
+    lines = failure_lines([entry.with_failures(()) for entry in report.targets])
+    if not lines:
+        return ""
+    return "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in lines) + "</ul>"
+
+
+def _charts(report: Report) -> str:
+    out = []
+    for chart in report_charts(report, "svg"):
+        if chart.image is None:
+            out.append(f'<figure id="chart-{chart.key}"><figcaption>{_e(chart.title)}</figcaption>'
+                       f'<p class="note">{_e(chart.note)}</p></figure>')
+        else:
+            out.append(f'<figure id="chart-{chart.key}"><figcaption>{_e(chart.title)}</figcaption>\n'
+                       f"{svg_for_html(chart.image, chart.key)}\n</figure>")
+    return "\n".join(out)
+
+
+def replay_command(failure: Failure) -> str | None:
+    return f"python -m fuzz replay {failure.repro}" if failure.repro else None
+
+
+def _failure(entry: TargetEntry, failure: Failure, index: int) -> str:
+    known = bool(failure.known)
+    status = '<span class="known">known</span>' if known else '<span class="new">new</span>'
+    flaky = " (flaky)" if failure.flaky or entry.flaky else ""
+    out = [f'<section class="failure{" is-known" if known else ""}" id="failure-{index}">',
+           f"<h3>{_e(failure.verdict)}{_e(flaky)} in <code>{_e(entry.name)}</code> on {_e(failure.device)}"
+           f" — {status}</h3>", "<ul>"]
+    if failure.known:
+        out.append(f"<li>known issue: {_e(failure.known)}</li>")
+    if failure.confirmed:
+        out.append(f"<li>reproduced {_e(failure.confirmed)} in fresh processes</li>")
+    if failure.unconfirmed:
+        out.append(f"<li>not confirmed: {_e(failure.unconfirmed)}</li>")
+    if failure.oracles:
+        out.append(f"<li>flagged by: {_e(', '.join(failure.oracles))}</li>")
+    for side in ("legacy", "optimized"):
+        if failure.exceptions.get(side):
+            out.append(f"<li>{side} raised: <code>{_e(failure.exceptions[side])}</code></li>")
+    command = replay_command(failure)
+    if command:
+        out.append(f"<li>replay: <code>{_e(command)}</code></li>")
+    out.append("</ul>")
+    if failure.mismatches:
+        out.append("<p>where the outputs differ:</p>")
+        out.append(_table(("path", "what", "detail"), [(m["path"], m["what"], m["detail"])
+                                                       for m in failure.mismatches]))
+    label = "input" if failure.verdict in CRASH_VERDICTS else "minimal input"
+    out.append(f"<p>{label}:</p><pre>{_e(json.dumps(dict(failure.input), indent=2, default=str))}</pre>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _run(report: Report) -> str:
+    run = report.run
+    runs = run.get("merged_from") if isinstance(run.get("merged_from"), list) else None
+    if runs is None:
+        return _key_values(run)
+    out = [f"<p>merged from {len(runs)} reports:</p>"]
+    for i, part in enumerate(runs, 1):
+        out.append(f"<h3>report {i}</h3>")
+        out.append(_key_values(part) if isinstance(part, Mapping) else f"<pre>{_e(_text(part))}</pre>")
+    return "\n".join(out)
+
+
+def _subtitle(report: Report) -> str:
+    run, versions = report.run, report.versions
+    parts = []
+    if "seed" in run:
+        devices = ",".join(run.get("devices", []))
+        parts.append(f"seed {run['seed']} · contract {run.get('contract')} · devices {devices}")
+    parts.append(f"legacy {versions.get('legacy')} · optimized {versions.get('optimized')} · torch "
+                 f"{versions.get('torch')} · {versions.get('gpu') or 'no GPU'}")
+    return "<br>".join(_e(p) for p in parts)
+
+
+def html_report(report: Report) -> str:
+    """The whole report as one HTML page: no external resource, every report string escaped."""
+    failures = [(e, f) for e in report.targets for f in e.failures]
+    machine = {k: report.versions[k] for k in ("gpu", "torch", "torch_cuda", "python", "platform", "numpy",
+                                                "triton", "hypothesis") if k in report.versions}
+    sides = {k: report.versions[k] for k in ("legacy", "optimized") if k in report.versions}
+    if isinstance(report.run.get("sides"), Mapping):
+        sides.update({f"{side} source": _text(v) for side, v in report.run["sides"].items()})
+    body = [HEAD + "<title>syncfuzz report</title>\n<style>" + CSS + "</style>\n</head>\n<body>",
+            "<h1>syncfuzz report</h1>", f"<p>{_subtitle(report)}</p>",
+            f'<p class="result {_result_class(report)}" id="result">{_e(closing_line(report))}</p>']
+    if report.interrupted:
+        body.append(f"<p class=\"new\">interrupted by {_e(report.interrupted)}: the report holds the items "
+                    "that finished</p>")
+    body += ["<h2>Summary</h2>", _summary(report), _notes(report), "<h2>Charts</h2>", _charts(report)]
+    body.append(f"<h2>Failures ({len(failures)})</h2>")
+    if failures:
+        body += [_failure(entry, failure, i) for i, (entry, failure) in enumerate(failures)]
+    else:
+        body.append('<p class="note">no failure</p>')
+    body += ["<h2>Run</h2>", _run(report), "<h2>Sides</h2>", _key_values(sides),
+             "<h2>Machine</h2>", _key_values(machine), "<h2>Versions</h2>", _key_values(report.versions),
+             f"<script>{SCRIPT}</script>", "</body>\n</html>\n"]
+    return "\n".join(b for b in body if b)

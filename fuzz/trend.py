@@ -1,0 +1,585 @@
+"""``trend``: nightly reports side by side, oldest first, and what changed since the night before.
+
+``python -m fuzz trend REPORT... [--markdown FILE] [--html FILE] [--threshold R]`` reads two or more JSON
+reports (``read_report``: one of another format version is refused with the model's own line) and builds a
+``Trend``: per night and per target the examples, examples/s (examples / seconds), the verdict, the syncs per
+call (legacy and optimized, median and max, from the CUDA histograms) and the failures by
+``Failure.signature``, each classified against the night before:
+
+* ``new``: not seen the night before (on that target and device), not accepted as known;
+* ``still failing``: seen the night before too;
+* ``known``: accepted in known-issues (``Failure.known``), whatever the night before showed;
+* ``fixed``: seen the night before and gone tonight, on a device where the target ran examples tonight (a
+  target that ran nothing tonight proved nothing, so its failures are not called fixed).
+
+``what_changed(trend, threshold)`` says in plain lines what the last night changed (see its docstring for
+the exact wording). Nights are ordered by the run's start time (``run.started``, UTC, recorded by
+``fuzz run``); when a report has none (written before it was recorded), the order given on the command
+line is kept and the output says so. The command reports, it does not judge: exit 0, or 2 when refused
+(one line, before anything is written). Charts are drawn with matplotlib only (fuzz.charts); their data
+come from ``examples_per_second_chart`` / ``optimized_syncs_chart``, plain rows the tests check.
+
+No torch here: a trend must not need a GPU stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import math
+import os
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fuzz.errors import UsageError
+from fuzz.model import EXIT_OK, SIDES, Report, TargetEntry
+from fuzz.verdicts import UNTESTED
+
+DEFAULT_THRESHOLD = 0.3  # examples falling by more than 30% of the night before is news
+NEW, STILL, KNOWN, FIXED = "new", "still failing", "known", "fixed"
+BY_START, BY_COMMAND_LINE = "run start time", "command line"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """One side's syncs per call on CUDA: the middle call's count (the lower middle for an even number of
+    calls) and the most one call made."""
+
+    median: int
+    max: int
+
+
+@dataclass(frozen=True)
+class FailureRow:
+    target: str
+    device: str
+    verdict: str
+    signature: str
+    status: str  # NEW, STILL, KNOWN or FIXED
+    known: str | None = None
+
+
+@dataclass(frozen=True)
+class TargetNight:
+    name: str
+    examples: int
+    seconds: float
+    verdict: str
+    syncs: Mapping[str, SyncStats | None]  # side -> stats (None: no CUDA calls counted)
+    untested: tuple[str, ...] = ()  # devices that ran no example ("" for a target without devices)
+    cannot_build: str | None = None
+    tested_on: frozenset[str] = frozenset()  # devices where examples ran and the target's state is sound
+
+    @property
+    def per_second(self) -> float | None:
+        return self.examples / self.seconds if self.seconds > 0 else None
+
+
+@dataclass(frozen=True)
+class Night:
+    name: str  # the file name as given
+    label: str  # the start time (UTC, to the minute) or, without one, the file name
+    started: str | None
+    seed: Any
+    targets: Mapping[str, TargetNight]
+    failures: tuple[FailureRow, ...] = ()  # this night's, classified against the night before, then the fixed
+
+
+@dataclass(frozen=True)
+class Trend:
+    nights: tuple[Night, ...]
+    ordered_by: str = BY_COMMAND_LINE
+
+    @property
+    def labels(self) -> list[str]:
+        return [night.label for night in self.nights]
+
+    def target_names(self) -> list[str]:
+        """Every target of any night: the last night's order first, then those gone from it."""
+        names: list[str] = []
+        for night in (self.nights[-1], *self.nights[:-1]):
+            names.extend(name for name in night.targets if name not in names)
+        return names
+
+    @classmethod
+    def from_reports(cls, named: Sequence[tuple[str, Report]]) -> Trend:
+        ordered, by = order_reports(named)
+        labels = _labels(ordered)
+        nights: list[Night] = []
+        for (name, report), label in zip(ordered, labels):
+            targets = {entry.name: _target_night(entry) for entry in report.targets}
+            failures = _classify(report, targets, nights[-1] if nights else None)
+            nights.append(Night(name=name, label=label, started=report_started(report),
+                                seed=report.run.get("seed"), targets=targets, failures=failures))
+        return cls(tuple(nights), by)
+
+
+# --------------------------------------------------------------------------- building a trend
+
+
+def report_started(report: Report) -> str | None:
+    """When the run started (UTC ISO time): ``run.started``; a merged report's earliest part's."""
+    parts = report.run.get("merged_from")
+    if isinstance(parts, list) and parts:
+        times = [part.get("started") if isinstance(part, Mapping) else None for part in parts]
+        return min(times) if all(isinstance(t, str) for t in times) else None  # type: ignore[type-var]
+    started = report.run.get("started")
+    return started if isinstance(started, str) else None
+
+
+def order_reports(named: Sequence[tuple[str, Report]]) -> tuple[list[tuple[str, Report]], str]:
+    """Oldest first by run start time when every report records one; else the order given."""
+    starts = [report_started(report) for _, report in named]
+    if all(starts):
+        order = sorted(range(len(named)), key=lambda i: starts[i])  # type: ignore[arg-type, return-value]
+        return [named[i] for i in order], BY_START
+    return list(named), BY_COMMAND_LINE
+
+
+def _labels(named: Sequence[tuple[str, Report]]) -> list[str]:
+    """Each night's start time to the minute (UTC) when every report has one and no two share it; else the
+    file names as given."""
+    starts = [report_started(report) for _, report in named]
+    labels = [started[:16].replace("T", " ") for started in starts if started]
+    if len(labels) == len(named) and len(set(labels)) == len(labels):
+        return labels
+    return [name for name, _ in named]
+
+
+def cuda_histogram(entry: TargetEntry, side: str) -> dict[int, int]:
+    """{syncs per call: calls} of one side over the target's CUDA devices."""
+    merged: dict[int, int] = {}
+    for device, tally in entry.by_device.items():
+        if device.startswith("cuda"):
+            for count, calls in tally.syncs_per_call.get(side, {}).items():
+                merged[int(count)] = merged.get(int(count), 0) + calls
+    return merged
+
+
+def sync_stats(histogram: Mapping[int, int]) -> SyncStats | None:
+    calls = [count for count, n in sorted(histogram.items()) for _ in range(n)]
+    if not calls:
+        return None
+    return SyncStats(median=statistics.median_low(calls), max=calls[-1])
+
+
+def _target_night(entry: TargetEntry) -> TargetNight:
+    untested = tuple(entry.untested_devices())
+    if not entry.devices and entry.verdict == UNTESTED:
+        untested = ("",)
+    sound = not (entry.fuzzer_error or entry.cannot_build)
+    tested = frozenset(d for d, t in entry.by_device.items() if t.examples > 0 and sound)
+    return TargetNight(name=entry.name, examples=entry.examples, seconds=entry.seconds, verdict=entry.verdict,
+                       syncs={side: sync_stats(cuda_histogram(entry, side)) for side in SIDES},
+                       untested=untested, cannot_build=entry.cannot_build, tested_on=tested)
+
+
+def _classify(report: Report, targets: Mapping[str, TargetNight], before: Night | None) -> tuple[FailureRow, ...]:
+    seen_before = {(f.target, f.device, f.signature): f for f in (before.failures if before else ())
+                   if f.status != FIXED}
+    rows, tonight = [], set()
+    for entry in report.targets:
+        for failure in entry.failures:
+            key = (entry.name, failure.device, failure.signature)
+            if key in tonight:
+                continue
+            tonight.add(key)
+            status = KNOWN if failure.known else STILL if key in seen_before else NEW
+            rows.append(FailureRow(entry.name, failure.device, failure.verdict, failure.signature, status,
+                                   failure.known))
+    for key, old in seen_before.items():
+        target = targets.get(key[0])
+        if key not in tonight and target is not None and key[1] in target.tested_on:
+            rows.append(FailureRow(old.target, old.device, old.verdict, old.signature, FIXED, old.known))
+    return tuple(rows)
+
+
+# --------------------------------------------------------------------------- what changed
+
+
+def _device(device: str) -> str:
+    return f" on {device}" if device else ""
+
+
+def what_changed(trend: Trend, threshold: float = DEFAULT_THRESHOLD) -> list[str]:
+    """The last night against the one before, one line each, every line starting "since <previous>: ":
+
+    * ``new failure: T VERDICT on DEVICE`` (not known, not seen the night before);
+    * ``fixed: T VERDICT on DEVICE`` (seen the night before, gone tonight where T ran);
+    * ``T: newly cannot-build (WHY)``; ``T: newly untested on DEVICE``;
+    * ``T: verdict A -> B`` (a changed verdict none of the lines above explains: a known failure, skipped,
+      fuzzer-error, tested again);
+    * ``T: optimized syncs per call rose: median A -> B, max C -> D`` (CUDA; either rose);
+    * ``T: examples fell by P% (A -> B)`` (by more than ``threshold`` of the night before; not for a target
+      newly untested or cannot-build);
+    * ``T: new target``; ``T: no longer in the report``.
+
+    Grouped in that order, targets in the last night's order; ``since <previous>: nothing changed`` when none."""
+    if len(trend.nights) < 2:
+        raise ValueError("what_changed needs two nights")
+    before, now = trend.nights[-2], trend.nights[-1]
+    order = {name: i for i, name in enumerate(trend.target_names())}
+    news = [f for f in now.failures if f.status == NEW]
+    fixed = [f for f in now.failures if f.status == FIXED]
+    lines = [f"new failure: {f.target} {f.verdict}{_device(f.device)}" for f in news]
+    lines += [f"fixed: {f.target} {f.verdict}{_device(f.device)}" for f in sorted(fixed, key=lambda f: order[f.target])]
+    explained = {f.target for f in news + fixed}
+    broken: set[str] = set()
+    for name, target in now.targets.items():
+        old = before.targets.get(name)
+        if old is not None and target.cannot_build and not old.cannot_build:
+            lines.append(f"{name}: newly cannot-build ({target.cannot_build})")
+            broken.add(name)
+    for name, target in now.targets.items():
+        old = before.targets.get(name)
+        if old is None or name in broken:
+            continue
+        for device in target.untested:
+            if device not in old.untested:
+                lines.append(f"{name}: newly untested{_device(device)}")
+                broken.add(name)
+    for name, target in now.targets.items():
+        old = before.targets.get(name)
+        if old is not None and old.verdict != target.verdict and name not in explained | broken:
+            lines.append(f"{name}: verdict {old.verdict} -> {target.verdict}")
+    for name, target in now.targets.items():
+        old = before.targets.get(name)
+        a, b = (old.syncs.get("optimized") if old else None), target.syncs.get("optimized")
+        if a is not None and b is not None and (b.median > a.median or b.max > a.max):
+            lines.append(f"{name}: optimized syncs per call rose: median {a.median} -> {b.median}, "
+                         f"max {a.max} -> {b.max}")
+    for name, target in now.targets.items():
+        old = before.targets.get(name)
+        if old is None or name in broken or old.examples <= 0:
+            continue
+        fall = (old.examples - target.examples) / old.examples
+        if fall > threshold:
+            lines.append(f"{name}: examples fell by {fall:.0%} ({old.examples} -> {target.examples})")
+    lines += [f"{name}: new target" for name in now.targets if name not in before.targets]
+    lines += [f"{name}: no longer in the report" for name in before.targets if name not in now.targets]
+    return [f"since {before.label}: {line}" for line in (lines or ["nothing changed"])]
+
+
+# --------------------------------------------------------------------------- tables and chart data
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}/s" if value >= 10 else f"{value:.2g}/s"
+
+
+def _stats(stats: SyncStats | None) -> str:
+    return "-" if stats is None else f"{stats.median}/{stats.max}"
+
+
+def night_rows(trend: Trend) -> list[list[str]]:
+    header = ["night", "report", "seed", "started (UTC)", "targets", "examples", "new", "still failing", "known",
+              "fixed"]
+    rows = [header]
+    for night in trend.nights:
+        counts = {status: sum(f.status == status for f in night.failures) for status in (NEW, STILL, KNOWN, FIXED)}
+        rows.append([night.label, night.name, str(night.seed), night.started or "-", str(len(night.targets)),
+                     str(sum(t.examples for t in night.targets.values())), *(str(counts[s]) for s in counts)])
+    return rows
+
+
+TABLES = {
+    "examples (examples/s)": lambda t: f"{t.examples} ({_rate(t.per_second)})",
+    "verdict": lambda t: t.verdict,
+    "syncs per call on CUDA, median/max: legacy -> optimized":
+        lambda t: "-" if t.syncs.get("optimized") is None and t.syncs.get("legacy") is None
+        else f"{_stats(t.syncs.get('legacy'))} -> {_stats(t.syncs.get('optimized'))}",
+}
+
+
+def target_rows(trend: Trend, title: str) -> list[list[str]]:
+    """One table over nights: a row per target, a column per night ("" where a night lacks the target)."""
+    cell = TABLES[title]
+    rows = [["target", *trend.labels]]
+    for name in trend.target_names():
+        rows.append([name, *(cell(n.targets[name]) if name in n.targets else "" for n in trend.nights)])
+    return rows
+
+
+def failure_rows(trend: Trend) -> list[list[str]]:
+    rows = [["night", "target", "device", "verdict", "status"]]
+    for night in trend.nights:
+        for f in night.failures:
+            # The finding's id ("F17"), not its whole reason (the run's own report has that).
+            status = f"{f.status}: {f.known.split(':')[0][:24]}" if f.status == KNOWN and f.known else f.status
+            rows.append([night.label, f.target, f.device, f.verdict, status])
+    return rows
+
+
+@dataclass(frozen=True)
+class ChartData:
+    title: str
+    ylabel: str
+    nights: tuple[str, ...]
+    series: Mapping[str, tuple[float | None, ...]]  # target -> one value per night (None: not run / no data)
+
+
+def examples_per_second_chart(trend: Trend) -> ChartData:
+    series = {name: tuple(n.targets[name].per_second if name in n.targets else None for n in trend.nights)
+              for name in trend.target_names()}
+    return ChartData("examples per second per target", "examples / s", tuple(trend.labels), series)
+
+
+def optimized_syncs_chart(trend: Trend) -> ChartData:
+    """The most syncs one optimized call made, per target and night (CUDA); targets never counted left out."""
+    series = {}
+    for name in trend.target_names():
+        values = []
+        for night in trend.nights:
+            stats = night.targets[name].syncs.get("optimized") if name in night.targets else None
+            values.append(None if stats is None else float(stats.max))
+        if any(v is not None for v in values):
+            series[name] = tuple(values)
+    return ChartData("optimized syncs per call (max over calls, CUDA)", "syncs per call", tuple(trend.labels),
+                     series)
+
+
+CHARTS = {"examples-per-second": examples_per_second_chart, "optimized-syncs": optimized_syncs_chart}
+
+
+def draw_chart(data: ChartData, fmt: str) -> bytes:
+    """A line chart of ``data`` (one line per target) as SVG or PNG bytes, through matplotlib only."""
+    from fuzz.charts import figure_bytes, pyplot
+
+    plt = pyplot()
+    figure, axes = plt.subplots(figsize=(9, 4.8))
+    colors = plt.get_cmap("tab20").colors
+    styles = ("-", "--", ":", "-.")
+    x = list(range(len(data.nights)))
+    for i, (name, values) in enumerate(data.series.items()):
+        ys = [math.nan if v is None else v for v in values]
+        axes.plot(x, ys, marker="o", markersize=3, linewidth=1.2, color=colors[i % len(colors)],
+                  linestyle=styles[(i // len(colors)) % len(styles)], label=name)
+    axes.set_xticks(x)
+    axes.set_xticklabels(list(data.nights), rotation=20, ha="right", fontsize=8)
+    axes.set_title(data.title)
+    axes.set_ylabel(data.ylabel)
+    axes.grid(True, alpha=0.3)
+    if data.series:
+        axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    return figure_bytes(figure, fmt)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _plain_table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _order_note(trend: Trend) -> str:
+    if trend.ordered_by == BY_START:
+        return "oldest first, by each run's start time"
+    return "in the order given on the command line (not every report records its run start time)"
+
+
+def terminal(trend: Trend, changes: list[str]) -> str:
+    parts = ["\n".join(changes), "",
+             f"trend over {len(trend.nights)} nights, {_order_note(trend)}:", _plain_table(night_rows(trend))]
+    for title in TABLES:
+        parts += ["", f"{title}:", _plain_table(target_rows(trend, title))]
+    if len(failure_rows(trend)) > 1:
+        parts += ["", "failures:", _plain_table(failure_rows(trend))]
+    return "\n".join(parts)
+
+
+def _md_cell(text: str) -> str:
+    """Text in a Markdown cell or bullet: a ``|`` cannot end the cell, a ``<`` cannot open an HTML tag."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+
+
+def _md_table(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(_md_cell(c) for c in rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows[1:]]
+    return "\n".join(lines)
+
+
+def markdown(trend: Trend, changes: list[str], images: Mapping[str, str] | None = None) -> str:
+    """The trend in Markdown; ``images`` {chart title: file name beside it} are linked when given."""
+    parts = [f"## syncfuzz trend: {len(trend.nights)} nights", "", f"Nights {_order_note(trend)}.", "",
+             "### What changed", "", *(f"- {_md_cell(line)}" for line in changes), "", "### Nights", "",
+             _md_table(night_rows(trend))]
+    for title in TABLES:
+        parts += ["", f"### {title[:1].upper()}{title[1:]}", "", _md_table(target_rows(trend, title))]
+    if len(failure_rows(trend)) > 1:
+        parts += ["", "### Failures", "", _md_table(failure_rows(trend))]
+    for title, file in (images or {}).items():
+        parts += ["", f"![{_md_cell(title)}]({file})"]
+    return "\n".join(parts) + "\n"
+
+
+CSS = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}"
+       "th,td{border:1px solid #ccc;padding:.2em .6em;text-align:left;font-size:.9em}th{background:#f0f0f0}"
+       "li{margin:.2em 0}.chart svg{max-width:100%;height:auto}")
+
+
+def _html_table(rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows[1:])
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_page(trend: Trend, changes: list[str], charts: Mapping[str, str] | None) -> str:
+    """One self-contained page: inline CSS, inline SVG charts (``charts``: {title: svg}; None: no
+    matplotlib), every text escaped, no script and no external URL."""
+    parts = [f"<h1>syncfuzz trend: {len(trend.nights)} nights</h1>",
+             f"<p>Nights {html.escape(_order_note(trend))}.</p>",
+             "<h2>What changed</h2>", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in changes) + "</ul>",
+             "<h2>Nights</h2>", _html_table(night_rows(trend))]
+    for title in TABLES:
+        parts += [f"<h2>{html.escape(title[:1].upper() + title[1:])}</h2>", _html_table(target_rows(trend, title))]
+    if len(failure_rows(trend)) > 1:
+        parts += ["<h2>Failures</h2>", _html_table(failure_rows(trend))]
+    if charts is None:
+        parts.append("<p>No charts: matplotlib is not installed (pip install matplotlib).</p>")
+    for title, svg in (charts or {}).items():
+        parts += [f"<h2>{html.escape(title)}</h2>", f'<div class="chart">{svg}</div>']
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>syncfuzz trend</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _threshold(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} must be a fraction between 0 and 1 (0.3: fell by more than 30%)")
+    return value
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``trend`` to the CLI's subcommands."""
+    p = commands.add_parser(
+        "trend", help="nightly reports side by side, oldest first: what changed since the night before",
+        description="Compare nightly JSON reports: per night and target the examples, examples/s, verdict, "
+                    "syncs per call (CUDA) and failures (new / still failing / fixed / known), and what the last "
+                    "night changed. Nights are ordered by each report's run start time (run.started); if a "
+                    "report records none (written by an older syncfuzz), the order given here is kept: give "
+                    "them oldest first.",
+        epilog="exit codes: 0 the trend was shown (it reports, it does not judge: a new failure does not change "
+               "it; the nightly run's own exit code does), 2 refused: one line, nothing written")
+    p.add_argument("reports", metavar="REPORT", nargs="+", help="nightly JSON reports (fuzz run --report), two or more")
+    p.add_argument("--markdown", metavar="FILE",
+                   help="write the trend as Markdown here (with PNG charts beside it when matplotlib is installed)")
+    p.add_argument("--html", metavar="FILE", help="write one self-contained HTML page here (inline CSS and SVG)")
+    p.add_argument("--threshold", type=_threshold, default=DEFAULT_THRESHOLD, metavar="R",
+                   help=f"report examples falling by more than R of the night before (default {DEFAULT_THRESHOLD:g}: "
+                        "more than 30%%)")
+
+
+def image_paths(markdown_path: Path) -> dict[str, Path]:
+    """The PNG charts written beside ``--markdown FILE``: FILE-<chart>.png."""
+    return {key: markdown_path.with_name(f"{markdown_path.stem}-{key}.png") for key in CHARTS}
+
+
+def _check_image(flag: str, path: Path) -> None:
+    """An existing file at a chart's path is replaced only if it is a PNG (an earlier trend's)."""
+    from fuzz.preflight import check_output
+
+    check_output(flag, str(path))
+    if path.is_file():
+        try:
+            head = path.read_bytes()[:8]
+        except OSError:
+            head = b""
+        if head != PNG_MAGIC:
+            raise UsageError(f"{flag} {str(path)!r} already exists and is not a PNG image; it is not replaced: "
+                             "choose another --markdown path, or move that file away first")
+
+
+def _same(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check_inputs(names: Sequence[str]) -> None:
+    if len(names) < 2:
+        raise UsageError(f"a trend needs two nights: give at least two reports (got {len(names)}), oldest first")
+    for i, name in enumerate(names):
+        for other in names[:i]:
+            if _same(name, other):
+                raise UsageError(f"report {name!r} is given twice (as {other!r}); a trend compares different "
+                                 "nights: pass each night's report once")
+
+
+def _check_runs(named: Sequence[tuple[str, Report]]) -> None:
+    """A copy of one report under two names is one night, not two."""
+    seen: dict[Any, str] = {}
+    for name, report in named:
+        scope = report.run.get("scope")
+        key = (scope.get("run_id"), str(scope.get("shard"))) if isinstance(scope, Mapping) else None
+        if key and key[0] and key in seen:
+            raise UsageError(f"reports {seen[key]!r} and {name!r} hold the same run (run id {key[0]}); a trend "
+                             "compares different nights: pass each night's report once")
+        if key:
+            seen[key] = name
+
+
+def cmd_trend(args: argparse.Namespace) -> int:
+    from fuzz.charts import have_matplotlib, svg_for_html
+    from fuzz.merge import read_report
+    from fuzz.outputs import write_bytes, write_text
+    from fuzz.preflight import check_no_collisions, check_output, check_overwrite
+
+    # Every refusal comes before anything is written: an output over an input is said as such, before
+    # the overwrite rule (which would refuse it too, less clearly).
+    _check_inputs(args.reports)
+    outputs = {name: check_output(f"--{name}", value)
+               for name, value in (("markdown", args.markdown), ("html", args.html)) if value is not None}
+    images = image_paths(outputs["markdown"]) if "markdown" in outputs and have_matplotlib() else {}
+    check_no_collisions({**{f"--{name}": path for name, path in outputs.items()},
+                         **{f"--markdown's {key} chart": path for key, path in images.items()}},
+                        {"REPORT": [Path(name) for name in args.reports]})
+    for name, path in outputs.items():
+        check_overwrite(f"--{name}", path, "text")
+    for key, path in images.items():
+        _check_image(f"--markdown's {key} chart", path)
+    named = [(name, read_report(name)) for name in args.reports]
+    _check_runs(named)
+    trend = Trend.from_reports(named)
+    changes = what_changed(trend, args.threshold)
+    print(terminal(trend, changes))
+    if "markdown" in outputs:
+        titles = {}
+        for key, path in images.items():
+            data = CHARTS[key](trend)
+            write_bytes(path, draw_chart(data, "png"))
+            titles[data.title] = path.name
+        if not have_matplotlib():
+            print("note: no charts beside the Markdown: matplotlib is not installed (pip install matplotlib)",
+                  file=sys.stderr)
+        write_text(outputs["markdown"], markdown(trend, changes, titles))
+        print(f"markdown: {outputs['markdown']}" + "".join(f", {p}" for p in images.values()))
+    if "html" in outputs:
+        charts = None
+        if have_matplotlib():
+            charts = {}
+            for key, make in CHARTS.items():
+                data = make(trend)
+                charts[data.title] = svg_for_html(draw_chart(data, "svg"), f"trend-{key}")
+        write_text(outputs["html"], html_page(trend, changes, charts))
+        print(f"html: {outputs['html']}")
+    if trend.ordered_by == BY_COMMAND_LINE:
+        print("note: not every report records its run start time (run.started): the nights are in the order given",
+              file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,220 @@
+"""``fuzz trend``: nightly reports side by side and what the last night changed (fuzz/trend.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fuzz.cli import main
+from fuzz.merge import read_report
+from fuzz.model import DeviceTally, Failure, Report, TargetEntry
+from fuzz.trend import (
+    FIXED,
+    KNOWN,
+    NEW,
+    Trend,
+    examples_per_second_chart,
+    optimized_syncs_chart,
+    what_changed,
+)
+
+H200 = Path("/work/.device/4/cuda.json")
+SINCE = "since 2026-11-30 02:17: "
+
+
+def _failure(verdict: str, leaf: str, known: str | None = None) -> Failure:
+    return Failure(device="cuda", verdict=verdict, input={"n": 1}, known=known,
+                   mismatches=({"path": leaf, "what": "value", "detail": "1 != 2"},))
+
+
+def _entry(name: str, examples: int, seconds: float, optimized: dict[str, int], failures=()) -> TargetEntry:
+    tally = DeviceTally(examples=examples, verdicts={"agree": examples - len(failures)},
+                        syncs_per_call={"legacy": {"2": examples}, "optimized": optimized})
+    return TargetEntry(name=name, devices=("cuda",), by_device={"cuda": tally}, failures=tuple(failures),
+                       seconds=seconds)
+
+
+def _report(night: str, started: str | None, entries: list[TargetEntry]) -> Report:
+    run = {"seed": int(night), "scope": {"run_id": f"run-{night}", "shard": [1, 1]}}
+    if started:
+        run["started"] = started
+    return Report(tuple(entries), run=run, versions={"syncfuzz": "0.1.0"})
+
+
+def night1(started: str | None = "2026-11-30T02:17:03+00:00") -> Report:
+    return _report("20261130", started, [
+        _entry("alpha", 200, 2.0, {"0": 150, "1": 50}, [_failure("divergence", "[0]['x']")]),
+        _entry("beta", 100, 1.0, {"0": 100}),
+        _entry("gamma", 300, 3.0, {"1": 300}, [_failure("sync-regression", "[]", known="F9: accepted")]),
+    ])
+
+
+def night2(started: str | None = "2026-12-01T02:17:41+00:00", beta: str = "beta") -> Report:
+    return _report("20261201", started, [
+        # syncs rose (median 0 -> 2, max 1 -> 3); its divergence is gone; examples fell by 10% only
+        _entry("alpha", 180, 2.0, {"0": 60, "2": 100, "3": 20}),
+        _entry(beta, 100, 1.0, {"0": 100}, [_failure("divergence", "[1]['y']")]),  # a new failure
+        _entry("gamma", 100, 3.0, {"1": 100}, [_failure("sync-regression", "[]", known="F9: accepted")]),
+    ])
+
+
+EXPECTED = [
+    SINCE + "new failure: beta divergence on cuda",
+    SINCE + "fixed: alpha divergence on cuda",
+    SINCE + "alpha: optimized syncs per call rose: median 0 -> 2, max 1 -> 3",
+    SINCE + "gamma: examples fell by 67% (300 -> 100)",
+]
+
+
+def _write(path: Path, report: Report) -> str:
+    path.write_text(json.dumps(report.to_json()))
+    return str(path)
+
+
+@pytest.fixture
+def nights(tmp_path):
+    return _write(tmp_path / "n1.json", night1()), _write(tmp_path / "n2.json", night2())
+
+
+def test_what_changed_names_the_rise_the_fix_the_new_failure_and_the_fall(nights):
+    trend = Trend.from_reports([(name, read_report(name)) for name in reversed(nights)])  # ordered by start time
+    assert [n.name for n in trend.nights] == list(nights)
+    assert what_changed(trend) == EXPECTED
+    assert what_changed(trend, threshold=0.7) == EXPECTED[:3]  # 67% is not more than 70%
+    statuses = {(f.target, f.status) for f in trend.nights[-1].failures}
+    assert statuses == {("beta", NEW), ("alpha", FIXED), ("gamma", KNOWN)}
+
+
+def test_the_chart_data_are_the_reports_numbers(nights):
+    trend = Trend.from_reports([(name, read_report(name)) for name in nights])
+    rates = examples_per_second_chart(trend)
+    assert rates.nights == ("2026-11-30 02:17", "2026-12-01 02:17")
+    assert rates.series == {"alpha": (100.0, 90.0), "beta": (100.0, 100.0), "gamma": (100.0, 100 / 3)}
+    assert optimized_syncs_chart(trend).series == {"alpha": (1.0, 3.0), "beta": (0.0, 0.0), "gamma": (1.0, 1.0)}
+    alpha = trend.nights[-1].targets["alpha"].syncs
+    assert (alpha["optimized"].median, alpha["optimized"].max, alpha["legacy"].max) == (2, 3, 2)
+
+
+def test_without_a_start_time_the_command_line_order_is_kept(tmp_path, capsys):
+    first = _write(tmp_path / "a.json", night1(started=None))
+    second = _write(tmp_path / "b.json", night2(started=None))
+    assert main(["trend", first, second]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == f"since {first}: new failure: beta divergence on cuda"
+    assert "in the order given" in err
+
+
+def test_nothing_changed_untested_cannot_build_verdict_and_targets(tmp_path):
+    same = Trend.from_reports([("a", night1()), ("b", _report("20261201", "2026-12-01T02:17:00+00:00",
+                                                              list(night1().targets)))])
+    assert what_changed(same) == [SINCE + "nothing changed"]
+    later = [TargetEntry(name="alpha", devices=("cuda",), cannot_build="no such module", seconds=1.0),
+             _entry("beta", 100, 1.0, {"0": 100}, [_failure("divergence", "[0]", known="F3: accepted")]),
+             TargetEntry(name="gamma", devices=("cuda",), seconds=1.0),  # ran nothing: its failure is not "fixed"
+             _entry("delta", 10, 1.0, {"0": 10})]
+    trend = Trend.from_reports([("a", night1()), ("b", _report("20261201", "2026-12-01T02:17:00+00:00", later))])
+    assert what_changed(trend) == [
+        SINCE + "alpha: newly cannot-build (no such module)",
+        SINCE + "gamma: newly untested on cuda",
+        SINCE + "beta: verdict agree -> divergence",  # a known failure: not new, but the verdict changed
+        SINCE + "delta: new target",
+    ]
+    gone = Trend.from_reports([("a", night1()), ("b", _report("20261201", None, list(night1().targets)[:2]))])
+    assert what_changed(gone) == ["since a: gamma: no longer in the report"]
+
+
+def _refused(capsys, argv: list[str], *words: str) -> None:
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    for word in words:
+        assert word in err, err
+
+
+def test_refusals_are_one_line_exit_2_and_write_nothing(tmp_path, nights, capsys):
+    n1, n2 = nights
+    md, page = tmp_path / "t.md", tmp_path / "t.html"
+    outputs = ["--markdown", str(md), "--html", str(page)]
+    old = json.loads(Path(n1).read_text())
+    old["format"] = "syncfuzz-report/1"
+    older = tmp_path / "old.json"
+    older.write_text(json.dumps(old))
+    _refused(capsys, ["trend", str(older), n2, *outputs], "format 'syncfuzz-report/1'")
+    _refused(capsys, ["trend", n1, *outputs], "a trend needs two nights")
+    _refused(capsys, ["trend", n1, str(tmp_path / "." / "n1.json"), *outputs], "given twice")
+    _refused(capsys, ["trend", n1, n2, "--markdown", n1], "is also the input REPORT")
+    _refused(capsys, ["trend", n1, n2, "--markdown", str(md), "--html", str(md)], "both name")
+    copy = tmp_path / "copy.json"
+    copy.write_text(Path(n1).read_text())
+    _refused(capsys, ["trend", n1, str(copy), *outputs], "hold the same run")
+    _refused(capsys, ["trend", n1, n2, "--html", str(older)], "already exists", "not replaced")
+    _refused(capsys, ["trend", n1, n2, "--threshold", "1.5"], "between 0 and 1")
+    assert not md.exists() and not page.exists() and not list(tmp_path.glob("*.png"))
+    assert json.loads(Path(n1).read_text()) == night1().to_json()
+
+
+def test_trend_end_to_end_writes_markdown_and_html(tmp_path, capsys):
+    n1 = _write(tmp_path / "n1.json", night1())
+    n2 = _write(tmp_path / "n2.json", night2(beta="<script>alert(1)</script>"))
+    md, page = tmp_path / "trend.md", tmp_path / "trend.html"
+    assert main(["trend", n2, n1, "--markdown", str(md), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[:2] == [SINCE + "new failure: <script>alert(1)</script> divergence on cuda",
+                                    SINCE + "fixed: alpha divergence on cuda"]
+    text = md.read_text()
+    assert "- " + SINCE + "fixed: alpha divergence on cuda" in text
+    assert "| alpha | 200 (100/s) | 180 (90/s) |" in text
+    assert "- " + SINCE + "alpha: optimized syncs per call rose: median 0 -> 2, max 1 -> 3" in text
+    assert "<script>" not in text
+    page_text = page.read_text()
+    assert page_text.startswith("<!DOCTYPE html>") and "<style>" in page_text
+    assert "<script" not in page_text.lower() and "&lt;script&gt;alert(1)&lt;/script&gt;" in page_text
+    assert "http://" not in page_text and "https://" not in page_text and "src=" not in page_text
+    # Run again over its own outputs: they are ours, so they are replaced.
+    assert main(["trend", n1, n2, "--markdown", str(md), "--html", str(page)]) == 0
+
+
+def test_charts_are_drawn_through_matplotlib(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    n1, n2 = _write(tmp_path / "n1.json", night1()), _write(tmp_path / "n2.json", night2())
+    md, page = tmp_path / "trend.md", tmp_path / "trend.html"
+    assert main(["trend", n1, n2, "--markdown", str(md), "--html", str(page)]) == 0
+    for png in ("trend-examples-per-second.png", "trend-optimized-syncs.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({png})" in md.read_text()
+    assert page.read_text().count("<svg") == 2
+    capsys.readouterr()
+    (tmp_path / "trend-optimized-syncs.png").write_text("not a chart")
+    _refused(capsys, ["trend", n1, n2, "--markdown", str(md)], "not a PNG image")
+
+
+@pytest.mark.skipif(not H200.exists(), reason="the H200 report fixture is not on this host")
+def test_the_h200_report_against_a_changed_copy(tmp_path):
+    data = json.loads(H200.read_text())
+    data["run"]["scope"]["run_id"] = "next-night"
+    for target in data["targets"]:
+        if target["name"] == "keye-process-image":
+            target["by_device"]["cuda"]["syncs_per_call"]["optimized"] = {"0": 50, "2": 50}
+        if target["name"] == "keep-on-cpu-ultravox-audio-lens":
+            target["failures"] = []
+    later = tmp_path / "next.json"
+    later.write_text(json.dumps(data))
+    trend = Trend.from_reports([(str(H200), read_report(str(H200))), (str(later), read_report(str(later)))])
+    since = f"since {H200}: "
+    assert what_changed(trend) == [since + "fixed: keep-on-cpu-ultravox-audio-lens sync-regression on cuda",
+                                   since + "keye-process-image: optimized syncs per call rose: median 0 -> 0, "
+                                           "max 1 -> 2"]
+    assert optimized_syncs_chart(trend).series["keye-process-image"] == (1.0, 2.0)
+
+
+def test_a_run_records_when_it_started_for_the_trend():
+    from datetime import datetime
+
+    from fuzz.cli import _run_info
+    from fuzz.config import RunConfig
+
+    started = _run_info(RunConfig(devices=("cpu",)))["started"]
+    assert datetime.fromisoformat(started).utcoffset().total_seconds() == 0
+    assert Report((), run={"started": started}).to_json()["run"]["started"] == started
