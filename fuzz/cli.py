@@ -395,10 +395,10 @@ def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) ->
     """The run as the command line asked for it (profile applied). The corpus is made
     absolute: xdist workers run in their journal folder, and a relative corpus would
     put their repro files there."""
-    from fuzz.targets import _extra_modules
+    from fuzz.targets import plugin_modules
 
     return RunConfig(
-        targets=tuple(args.target), target_modules=tuple(_extra_modules()), devices=devices,
+        targets=tuple(args.target), target_modules=tuple(plugin_modules()), devices=devices,
         contract=args.contract, seed=seed, max_examples=args.max_examples, budget=args.budget,
         corpus=str(Path(args.corpus).resolve()), stress=args.stress, upstream=args.upstream, confirm=args.confirm,
         isolated=not args.in_process, example_timeout=args.example_timeout, max_restarts=args.max_restarts,

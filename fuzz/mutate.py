@@ -1,7 +1,7 @@
 """Build a mutant of a copied module: the same source with one edit.
 
-Used by the planted-bug tests and the mutation self-test (``python -m fuzz selftest``, fuzz/selftest.py): a mutant
-is a real module, registered in ``sys.modules`` under its own name, so target
+Used by the planted-bug tests (tests/planted/plant.py; the mutation self-test, fuzz/selftest.py,
+builds its mutants itself): a mutant is a real module, registered in ``sys.modules`` under its own name, so target
 records can point at it with an ordinary dotted path and a replay in a fresh
 process rebuilds it the same way by importing the module that defines it.
 """

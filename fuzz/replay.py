@@ -26,7 +26,7 @@ from fuzz.devices import cuda_available
 from fuzz.errors import HarnessError, ReproFileError, UsageError
 from fuzz.repro import load_repro, repro_config
 from fuzz.targets import TARGET_MODULES_ENV
-from fuzz.targets import _extra_modules as extra_modules
+from fuzz.targets import plugin_modules as extra_modules
 from fuzz.verdicts import Verdict
 
 STARTUP_ALLOWANCE = 120.0  # seconds for the child to import torch and build a CUDA context

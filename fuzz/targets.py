@@ -236,29 +236,38 @@ def module_file(path: str) -> str | None:
     return file.relative_to(PROJECT_ROOT).as_posix() if file.is_relative_to(PROJECT_ROOT) else str(file)
 
 
-def _extra_modules() -> list[str]:
+def plugin_modules() -> list[str]:
+    """The plug-in target modules this environment trusts: ``SYNCFUZZ_TARGET_MODULES``, comma-separated."""
     raw = os.environ.get(TARGET_MODULES_ENV, "")
     return [m.strip() for m in raw.split(",") if m.strip()]
 
 
 def all_targets(extra_modules: Iterable[str] = ()) -> dict[str, Target]:
-    """Every registered target by name: the catalog plus plug-in modules."""
+    """Every registered target by name: the catalog plus plug-in modules.
+
+    A name registered by two sources is an error naming both: a plug-in must never shadow a catalog target
+    (or another plug-in's) without anyone being told -- its runs would report the real target's name."""
     from fuzz.catalog import TARGETS
 
     found: dict[str, Target] = {}
-    modules = [*_extra_modules(), *extra_modules]
-    sources: list[Iterable[Target]] = [TARGETS]
+    origin: dict[str, str] = {}
+    modules = list(dict.fromkeys([*plugin_modules(), *extra_modules]))  # a module named twice registers once
+    sources: list[tuple[str, Iterable[Target]]] = [("the catalog (fuzz/catalog)", TARGETS)]
     for module_name in modules:
         try:
-            sources.append(importlib.import_module(module_name).TARGETS)
+            sources.append((f"module {module_name!r}", importlib.import_module(module_name).TARGETS))
         except (ImportError, AttributeError) as exc:
             raise UsageError(
                 f"target module {module_name!r} has no TARGETS list ({exc}); "
                 f"fix {TARGET_MODULES_ENV} or the repro file's target_module"
             ) from exc
-    for source in sources:
+    for where, source in sources:
         for target in source:
+            if target.name in origin:
+                raise UsageError(f"target {target.name!r} is registered twice, by {origin[target.name]} and by "
+                                 f"{where}; rename one of them (a plug-in may not shadow another target)")
             found[target.name] = target
+            origin[target.name] = where
     return found
 
 
