@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -328,9 +328,10 @@ def report_charts(report: Report, fmt: str) -> list[Chart]:
 MISSING_SHORT = "not drawn: charts need matplotlib (pip install matplotlib)"
 
 
-def markdown_images(markdown_path: Path) -> dict[str, Path]:
-    """The PNG charts written beside ``--markdown FILE``: FILE's stem + ``-<key>.png`` (report-syncs.png)."""
-    return {key: markdown_path.with_name(f"{markdown_path.stem}-{key}.png") for key in CHART_KEYS}
+def markdown_images(markdown_path: Path, keys: Iterable[str] = ()) -> dict[str, Path]:
+    """The PNG charts written beside ``--markdown FILE``: FILE's stem + ``-<key>.png`` (report-syncs.png),
+    for the report's charts or the given ``keys`` (the trend's)."""
+    return {key: markdown_path.with_name(f"{markdown_path.stem}-{key}.png") for key in (keys or CHART_KEYS)}
 
 
 def svg_for_html(svg: bytes, prefix: str) -> str:

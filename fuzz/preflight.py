@@ -214,12 +214,8 @@ def check_overwrite(flag: str, path: Path, kind: str) -> None:
         allowed = {"report": description == f"format:{REPORT_FORMAT}", "selftest": description == "selftest",
                    "text": description == "text"}[kind]
     if not allowed:
-        if kind in ("html", "png"):
-            wanted = "an HTML report of syncfuzz" if kind == "html" else "a PNG image"
-            raise UsageError(f"{flag} {str(path)!r} already exists and is {_wording(description)}, not {wanted}; "
-                             "it is not replaced: choose another path, or move that file away first")
         wanted = {"report": f"a {REPORT_FORMAT} report", "selftest": "selftest results",
-                  "text": "a Markdown/XML output"}[kind]
+                  "text": "a Markdown/XML output", "html": "an HTML report of syncfuzz", "png": "a PNG image"}[kind]
         raise UsageError(f"{flag} {str(path)!r} already exists and is {_wording(description)}, not {wanted}; "
                          "it is not replaced: choose another path, or move that file away first")
 

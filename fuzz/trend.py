@@ -42,7 +42,6 @@ from fuzz.verdicts import UNTESTED
 DEFAULT_THRESHOLD = 0.3  # examples falling by more than 30% of the night before is news
 NEW, STILL, KNOWN, FIXED = "new", "still failing", "known", "fixed"
 BY_START, BY_COMMAND_LINE = "run start time", "command line"
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclass(frozen=True)
@@ -450,9 +449,8 @@ def markdown(trend: Trend, changes: list[str], images: Mapping[str, str] | None 
     return "\n".join(parts) + "\n"
 
 
-CSS = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}"
-       "th,td{border:1px solid #ccc;padding:.2em .6em;text-align:left;font-size:.9em}th{background:#f0f0f0}"
-       "li{margin:.2em 0}.chart svg{max-width:100%;height:auto}")
+# The report page's style (fuzz/html.py), plus the trend's chart boxes.
+CSS_EXTRA = ".chart svg{max-width:100%;height:auto}"
 
 
 def _html_table(rows: list[list[str]]) -> str:
@@ -476,8 +474,10 @@ def html_page(trend: Trend, changes: list[str], charts: Mapping[str, str] | None
         parts.append("<p>No charts: matplotlib is not installed (pip install matplotlib).</p>")
     for title, svg in (charts or {}).items():
         parts += [f"<h2>{html.escape(title)}</h2>", f'<div class="chart">{svg}</div>']
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>syncfuzz trend</title>"
-            f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+    from fuzz.html import CSS, HEAD
+
+    return (HEAD + f"<title>syncfuzz trend</title>\n<style>{CSS}{CSS_EXTRA}</style>\n</head>\n<body>\n"
+            + "\n".join(parts) + "\n</body></html>\n")
 
 
 # --------------------------------------------------------------------------- the command
@@ -514,23 +514,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def image_paths(markdown_path: Path) -> dict[str, Path]:
-    """The PNG charts written beside ``--markdown FILE``: FILE-<chart>.png."""
-    return {key: markdown_path.with_name(f"{markdown_path.stem}-{key}.png") for key in CHARTS}
+    """The PNG charts written beside ``--markdown FILE``: FILE-<chart>.png (fuzz.charts.markdown_images' rule)."""
+    from fuzz.charts import markdown_images
+
+    return markdown_images(markdown_path, CHARTS)
 
 
 def _check_image(flag: str, path: Path) -> None:
-    """An existing file at a chart's path is replaced only if it is a PNG (an earlier trend's)."""
-    from fuzz.preflight import check_output
+    """A chart's path: writable, and an existing file there replaced only if it is a PNG (an earlier trend's)."""
+    from fuzz.preflight import check_output, check_overwrite
 
     check_output(flag, str(path))
-    if path.is_file():
-        try:
-            head = path.read_bytes()[:8]
-        except OSError:
-            head = b""
-        if head != PNG_MAGIC:
-            raise UsageError(f"{flag} {str(path)!r} already exists and is not a PNG image; it is not replaced: "
-                             "choose another --markdown path, or move that file away first")
+    check_overwrite(flag, path, "png")
 
 
 def _same(a: str, b: str) -> bool:
@@ -581,7 +576,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
                          **{f"--markdown's {key} chart": path for key, path in images.items()}},
                         {"REPORT": [Path(name) for name in args.reports]})
     for name, path in outputs.items():
-        check_overwrite(f"--{name}", path, "text")
+        check_overwrite(f"--{name}", path, name if name == "html" else "text")  # --html: only our own pages
     for key, path in images.items():
         _check_image(f"--markdown's {key} chart", path)
     named = [(name, read_report(name)) for name in args.reports]

@@ -102,8 +102,8 @@ def confirm(entries: list[TargetEntry], runs: int, until: float | None = None) -
 
     A signal (KeyboardInterrupt, fuzz/interrupts.py) stops the replays: the
     replay in flight is killed with its process (fuzz/replay.py) and
-    ``Interrupted`` carries every entry -- the failures confirmed so far, and
-    the rest labelled unconfirmed -- so the report still says all that was found."""
+    ``Interrupted`` carries every entry, with the failures confirmed so far, so
+    the report still says all that was found (it labels the rest unconfirmed)."""
     import time
 
     from fuzz.interrupts import interrupted_by
@@ -130,11 +130,9 @@ def confirm(entries: list[TargetEntry], runs: int, until: float | None = None) -
             for index, failure in enumerate(mine):
                 mine[index] = confirmed(failure)
     except KeyboardInterrupt:
+        # The failures not replayed are labelled by the interrupted run's report (cli._finish_interrupted).
         signal_name = interrupted_by()
-        partial = [entry.with_failures(mine) for entry, mine in zip(entries, failures)]
-        if runs > 0:
-            partial = label_unconfirmed(partial, f"the run was interrupted ({signal_name}) before its replays")
-        raise Interrupted(partial, signal_name) from None
+        raise Interrupted([entry.with_failures(mine) for entry, mine in zip(entries, failures)], signal_name) from None
     return [replace(entry, failures=tuple(mine), flaky=entry.flaky or any(f.flaky for f in mine))
             for entry, mine in zip(entries, failures)]
 

@@ -151,6 +151,10 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(tmp_path, nights, capsys
     copy.write_text(Path(n1).read_text())
     _refused(capsys, ["trend", n1, str(copy), *outputs], "hold the same run")
     _refused(capsys, ["trend", n1, n2, "--html", str(older)], "already exists", "not replaced")
+    foreign = tmp_path / "someone-elses.html"
+    foreign.write_text("<!DOCTYPE html><html><body>a page that is not ours</body></html>\n")
+    _refused(capsys, ["trend", n1, n2, "--html", str(foreign)], "not an HTML report of syncfuzz")
+    assert foreign.read_text().endswith("not ours</body></html>\n")
     _refused(capsys, ["trend", n1, n2, "--threshold", "1.5"], "between 0 and 1")
     assert not md.exists() and not page.exists() and not list(tmp_path.glob("*.png"))
     assert json.loads(Path(n1).read_text()) == night1().to_json()
@@ -186,6 +190,8 @@ def test_charts_are_drawn_through_matplotlib(tmp_path, capsys):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in md.read_text()
     assert page.read_text().count("<svg") == 2
+    capsys.readouterr()
+    assert main(["trend", n1, n2, "--html", str(page)]) == 0  # its own earlier page is replaced
     capsys.readouterr()
     (tmp_path / "trend-optimized-syncs.png").write_text("not a chart")
     _refused(capsys, ["trend", n1, n2, "--markdown", str(md)], "not a PNG image")
