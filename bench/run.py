@@ -6,6 +6,9 @@ a. harness overhead: seconds per example of the fuzzer (in-process engine)
 b. examples-to-detection of the planted bugs (median and max);
 c. scaling of ``--workers`` 1 -> N (efficiency = speedup / N), on a fixed
    number of examples or, with ``--budget``, for a fixed time (the nightly shape);
+v. the cost of measuring reach (--coverage, fuzz/reach.py): seconds per example with coverage.py
+   on against off, alternating, per target and device (the median of the per-pair ratios), and the
+   one-time cost per process of cutting the sides' files into definitions;
 d. the launch-bound limit: one legacy+optimized+compare round per target
    without Hypothesis, on pre-drawn specs, and the fuzzer's examples/s as a
    fraction of it;
@@ -80,8 +83,9 @@ def bare_given(target: Target, device: str, examples: int, seed: int) -> float:
     return (time.perf_counter() - start) / examples
 
 
-def engine(target: Target, device: str, examples: int, seed: int) -> tuple[float, list[dict]]:
-    """Seconds per example of the fuzzer's engine, and the specs it drew."""
+def engine(target: Target, device: str, examples: int, seed: int, coverage: bool = False
+           ) -> tuple[float, list[dict]]:
+    """Seconds per example of the fuzzer's engine (``coverage``: measuring reach), and the specs it drew."""
     import fuzz.runner as runner
 
     specs: list[dict] = []
@@ -94,7 +98,10 @@ def engine(target: Target, device: str, examples: int, seed: int) -> tuple[float
     runner.run_example = recording
     try:
         start = time.perf_counter()
-        outcome = fuzz_target(target, RunConfig(devices=(device,), seed=seed, max_examples=examples))
+        outcome = fuzz_target(target, RunConfig(devices=(device,), seed=seed, max_examples=examples,
+                                                coverage=coverage))
+        if coverage and outcome.measure:
+            outcome.entry()  # the report's reach is cut at the end of the target: part of the cost
         _sync(device)
         elapsed = time.perf_counter() - start
     finally:
@@ -169,6 +176,39 @@ def part_a_d(targets: list[Target], devices: list[str], examples: int, repeats: 
     if overheads:
         print(f"median overhead {statistics.median(overheads):.2f}x; over 1.10x: "
               f"{sum(o > 1.10 for o in overheads)} of {len(overheads)}", flush=True)
+
+
+def part_v(targets: list[Target], devices: list[str], examples: int, repeats: int, rows: list[dict],
+           save: Callable[[], None]) -> None:
+    """Coverage on vs off, alternating which runs first; the ratio is the median of the pairs'."""
+    import fuzz.reach as reach
+
+    for device in devices:
+        for target in targets:
+            reach._CODES.clear()
+            reach._MAPS.clear()
+            start = time.perf_counter()
+            reach.measure_for(target, RunConfig(devices=(device,)))
+            cut = time.perf_counter() - start
+            engine(target, device, 5, 99)
+            engine(target, device, 5, 99, coverage=True)
+            pairs = []
+            for repeat in range(repeats):
+                order = (False, True) if repeat % 2 == 0 else (True, False)
+                seconds = {on: engine(target, device, examples, 1 + repeat, coverage=on)[0] for on in order}
+                pairs.append((seconds[False], seconds[True]))
+            ratio = statistics.median(on / off for off, on in pairs)
+            rows.append({"target": target.name, "device": device, "off_s": statistics.median(p[0] for p in pairs),
+                         "on_s": statistics.median(p[1] for p in pairs), "overhead": ratio,
+                         "ratios": [on / off for off, on in pairs], "cut_once_s": cut})
+            save()
+            print(f"{target.name:32} {device:5} off {1 / rows[-1]['off_s']:8.1f}/s  on {1 / rows[-1]['on_s']:8.1f}/s  "
+                  f"coverage costs {100 * (ratio - 1):+5.1f}%  (cutting the files once: {cut:.2f} s)", flush=True)
+    ratios = [row["overhead"] for row in rows]
+    if ratios:
+        print(f"median coverage overhead {100 * (statistics.median(ratios) - 1):+.1f}%; "
+              f"highest {100 * (max(ratios) - 1):+.1f}%; over +15%: {sum(r > 1.15 for r in ratios)} of {len(ratios)}",
+              flush=True)
 
 
 def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batch: int = 1) -> tuple[float, float]:
@@ -397,6 +437,9 @@ def main() -> None:
     if "a" in args.parts or "d" in args.parts:
         print("== a/d: per-example cost, fuzzer vs bare @given, and vs rounds without Hypothesis")
         part_a_d(lookup(args.target), devices, args.examples, args.repeats, result.setdefault("a_d", []), save)
+    if "v" in args.parts:
+        print("== v: the cost of measuring reach (--coverage on vs off)")
+        part_v(lookup(args.target), devices, args.examples, args.repeats, result.setdefault("v", []), save)
     if "s" in args.parts:
         print("== s: where an example's time goes (shares of the fuzzer's time per example)")
         part_s(lookup(args.target), devices, args.examples, result.setdefault("s", []), save)

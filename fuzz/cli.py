@@ -38,6 +38,8 @@ from fuzz.preflight import (
 )
 from fuzz.provenance import add_parser as add_provenance_parser
 from fuzz.provenance import cmd_provenance
+from fuzz.reach_cmd import add_parser as add_coverage_parser
+from fuzz.reach_cmd import cmd_coverage
 from fuzz.report import closing_line
 from fuzz.scaffold import add_parser as add_new_target_parser
 from fuzz.scaffold import cmd_new_target
@@ -138,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--optimized", default="copy", metavar="SIDE",
                      help="the optimized side, as --legacy (copy: optimized/); e.g. --legacy vllm==0.33.0 "
                           "--optimized ~/src/vllm fuzzes a branch against the release")
+    run.add_argument("--sync-budget", choices=("auto", "apply", "ignore"), default="auto",
+                     help="with a side from a source a sync regression is optimized syncing more than legacy on "
+                          "the same input; the targets' declared sync budgets (for the optimized copy's release) "
+                          "then: auto (default) = the budget judges only code that descends from the release it "
+                          "was declared for; apply = always on top of the relative rule; ignore = relative only. "
+                          "Copy-vs-copy runs are judged by the budget whatever this says")
     run.add_argument("--sources", action="append", default=[], metavar="DIR",
                      help="source packs (python -m fuzz sources fetch) where vllm==X sides resolve, before "
                           "$SYNCFUZZ_SOURCES and the packs shipped in sources/ (repeatable)")
@@ -162,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="accepted findings (JSON): matching failures are reported as known and do not fail the run")
     run.add_argument("--confirm", type=int, default=3, metavar="N",
                      help="replay each failure N times in fresh processes; not every time = flaky (default 3)")
+    run.add_argument("--coverage", action=argparse.BooleanOptionalAction, default=None,
+                     help="measure the lines and branches each side ran (docs/reach.md; default: on for "
+                          "--profile premerge/nightly, off otherwise)")
+    run.add_argument("--require-changes-covered", action="store_true",
+                     help="with sides from sources: a changed definition that no target reached makes the run "
+                          "incomplete (exit 3); implies --coverage")
 
     selftest = commands.add_parser("selftest", help="mutate the optimized copies and measure the kill rate")
     selftest.add_argument("--target", action="append", default=[], metavar="NAME")
@@ -192,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_provenance_parser(commands)
     add_new_target_parser(commands)
     add_sources_parser(commands)
+    add_coverage_parser(commands)
     return parser
 
 
@@ -230,10 +245,10 @@ def known_targets() -> list[str]:
 
 PROFILES = {
     # Deterministic and bounded: the same examples on every machine, minutes on a laptop.
-    "premerge": {"seed": 0, "max_examples": 100},
+    "premerge": {"seed": 0, "max_examples": 100, "coverage": True},
     # Time-boxed; a new seed each day (recorded) so nights explore new ground, while
     # the corpus' example database retries yesterday's failures first.
-    "nightly": {"budget": 3600.0, "seed": "daily"},
+    "nightly": {"budget": 3600.0, "seed": "daily", "coverage": True},
 }
 
 
@@ -247,9 +262,16 @@ def _apply_profile(args: argparse.Namespace) -> None:
         args.budget = profile.get("budget")
     if args.max_examples is None and args.budget is None:
         args.max_examples = DEFAULT_MAX_EXAMPLES
+    if args.coverage is None:
+        args.coverage = profile.get("coverage", False) or args.require_changes_covered
 
 
 def _validate_run(args: argparse.Namespace) -> None:
+    if args.require_changes_covered and args.coverage is False:
+        raise UsageError("--require-changes-covered needs the coverage it checks; drop --no-coverage")
+    if args.require_changes_covered and args.legacy == "copy" and args.optimized == "copy":
+        raise UsageError("--require-changes-covered compares two sources' definitions; give --legacy and/or "
+                         "--optimized a release (vllm==X.Y.Z) or a path, or drop the flag")
     if args.max_restarts < 0:
         raise UsageError(f"--max-restarts {args.max_restarts} must be 0 or more")
     if args.confirm < 0:
@@ -399,11 +421,12 @@ def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) ->
 
     return RunConfig(
         targets=tuple(args.target), target_modules=tuple(plugin_modules()), devices=devices,
+        coverage=bool(args.coverage), require_changes_covered=args.require_changes_covered,
         contract=args.contract, seed=seed, max_examples=args.max_examples, budget=args.budget,
         corpus=str(Path(args.corpus).resolve()), stress=args.stress, upstream=args.upstream, confirm=args.confirm,
         isolated=not args.in_process, example_timeout=args.example_timeout, max_restarts=args.max_restarts,
         workers=args.workers, pieces=args.pieces, shard=args.shard, profile=args.profile,
-        legacy=args.legacy, optimized=args.optimized, sources=tuple(args.sources))
+        legacy=args.legacy, optimized=args.optimized, sources=tuple(args.sources), sync_budget=args.sync_budget)
 
 
 @dataclass
@@ -550,10 +573,10 @@ def _fuzz(args: argparse.Namespace, targets: list, items: list, config: RunConfi
 
 def _print_summary(report: Report) -> None:
     """The table and each failure's lines, as every run ends."""
-    from fuzz.report import failure_lines, summary_table
+    from fuzz.report import failure_lines, report_notes, summary_table
 
     print(summary_table(report.targets))
-    for line in failure_lines(report.targets):
+    for line in [*report_notes(report), *failure_lines(report.targets)]:
         print(line)
 
 
@@ -571,7 +594,7 @@ def _finish_interrupted(stop: Interrupted, state: _RunState) -> int:
             entries = label_unconfirmed(entries, f"the run was interrupted ({stop.signal_name}) before its replays")
         if config is not None:
             entries = mark_known(entries, state.known, config.contract)
-        run = _run_info(config) if config is not None else {}
+        run = _run_info(config, entries) if config is not None else {}
         report = Report(tuple(entries), run={**run, "interrupted_in": current_phase()},
                         versions=_versions(config) if config is not None else {}, interrupted=stop.signal_name)
         _print_summary(report)
@@ -593,7 +616,7 @@ def _finish(state: _RunState, confirm_until: float | None = None) -> int:
     enter("confirmation")
     state.entries = confirm(state.entries, config.confirm, confirm_until)
     entries = mark_known(state.entries, state.known, config.contract)
-    report = Report(tuple(entries), run=_run_info(config), versions=_versions(config))
+    report = Report(tuple(entries), run=_run_info(config, entries), versions=_versions(config))
     _print_summary(report)
     unconfirmed = [f for _, f in report.new_failures() if f.unconfirmed]
     if config.confirm and unconfirmed:
@@ -627,16 +650,23 @@ def _write_all(report: Report, state: _RunState) -> tuple[Report, bool]:
     return report, where_asked
 
 
-def _run_info(config: RunConfig) -> dict:
-    """The report's ``run``: the settings, each side's identity and the scope merge-reports checks.
-    The run id comes from ``config`` (made once per invocation), so every report of it says the same."""
+def _run_info(config: RunConfig, entries: Sequence[TargetEntry] = ()) -> dict:
+    """The report's ``run``: the settings, each side's identity, the scope merge-reports checks and, with a
+    side from a source, the change's coverage (fuzz/changes.py). The run id comes from ``config`` (made
+    once per invocation), so every report of it says the same."""
+    from fuzz.changes import change_coverage
     from fuzz.plan import parse_shard
     from fuzz.scope import run_scope
     from fuzz.sides import side_identities
+    from fuzz.targets import all_targets
 
     sides = side_identities(config)
-    return {**config.to_json(), "sides": sides, "scope": run_scope(config, sides, parse_shard(config.shard)),
+    info = {**config.to_json(), "sides": sides, "scope": run_scope(config, sides, parse_shard(config.shard)),
             "started": _STARTED[0]}
+    changes = change_coverage(config, entries, all_targets(config.target_modules))
+    if changes is not None:
+        info["changes"] = changes
+    return info
 
 
 def _versions(config: RunConfig) -> dict:
@@ -753,7 +783,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
     from fuzz.merge import incomplete_note, merge_reports, read_report
-    from fuzz.report import summary_table
+    from fuzz.report import report_notes, summary_table
 
     outputs = check_outputs({"report": args.output, "markdown": args.markdown, "junit": args.junit,
                              "html": args.html}, labels={"report": "OUT"})
@@ -762,6 +792,8 @@ def cmd_merge_reports(args: argparse.Namespace) -> int:
     # Every refusal (unreadable, overlapping, another run's) is raised here, before anything is written.
     merged = merge_reports([(name, read_report(name)) for name in args.inputs])
     print(summary_table(merged.targets))
+    for line in report_notes(merged):
+        print(line)
     note = incomplete_note(merged)
     if note:
         print(note, file=sys.stderr)
@@ -907,7 +939,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "merge-reports": cmd_merge_reports,
                     "trend": cmd_trend,
                     "selftest": cmd_selftest, "provenance": cmd_provenance,
-                    "sources": cmd_sources, "new-target": cmd_new_target}
+                    "sources": cmd_sources, "new-target": cmd_new_target,
+                    "coverage": cmd_coverage}
         return commands[args.command](args)
     except HarnessError as exc:
         print(f"fuzz: internal error (a fuzzer bug, please report it): {exc}", file=sys.stderr)

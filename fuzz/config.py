@@ -25,6 +25,8 @@ from typing import Any, Callable
 from fuzz.errors import UsageError
 from fuzz.targets import CONTRACTS
 
+SYNC_BUDGET_MODES = ("auto", "apply", "ignore")  # RunConfig.sync_budget, --sync-budget (fuzz/syncrule.py)
+
 
 class ConfigError(UsageError):
     """A serialized RunConfig that cannot be read back (unknown key, wrong type)."""
@@ -43,6 +45,9 @@ class RunConfig:
     budget: float | None = None  # wall-clock seconds shared by the run's items
     corpus: str | None = None  # Hypothesis database, failures/, journal/ (None: nothing saved)
     stress: bool = False  # async-hazard stress mode (fuzz/stress.py)
+    coverage: bool = False  # measure what each side ran (fuzz/reach.py, docs/reach.md)
+    # The changed definitions no target reached make the run incomplete (exit 3; docs/reach.md).
+    require_changes_covered: bool = False
     upstream: bool = False  # the real vllm as a third side (fuzz/upstream.py)
     confirm: int = 3  # fresh-process replays of each failure before it is reported
     isolated: bool = True  # examples run in watched worker processes (fuzz/isolation.py)
@@ -56,6 +61,10 @@ class RunConfig:
     legacy: str = "copy"
     optimized: str = "copy"
     sources: tuple[str, ...] = ()  # folders of source packs (--sources) where vllm==X sides resolve
+    # With a side from a source, whether the targets' declared sync budgets apply on top of the relative rule
+    # (fuzz/syncrule.py): "auto" (only to code that descends from the budget's release), "apply", "ignore".
+    # Copy-vs-copy runs are judged by the budget whatever it says.
+    sync_budget: str = "auto"
     # Which invocation this is, not a setting: made once when the command line's config is built, carried
     # whole like the rest, and recorded in the report's scope so merge-reports can tell the same report
     # given twice from two runs of one shard (fuzz/scope.py). Not compared: it changes no example.
@@ -88,6 +97,9 @@ class RunConfig:
         unknown = [d for d in self.devices if d not in ("cpu", "cuda")]
         if unknown or not self.devices:
             raise ConfigError(f"{where}: devices {list(self.devices)} must be cpu and/or cuda")
+        if self.sync_budget not in SYNC_BUDGET_MODES:
+            raise ConfigError(f"{where}: sync_budget {self.sync_budget!r} is not one of "
+                              f"{', '.join(SYNC_BUDGET_MODES)}")
 
 
 def _plain(value: Any) -> Any:

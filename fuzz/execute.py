@@ -18,7 +18,9 @@ from fuzz.errors import FuzzError, HarnessError
 from fuzz.model import failure_signature
 from fuzz.oracles import check_invariants, check_reference, consumer_of
 from fuzz.outcome import Raised, SideResult
+from fuzz.reach import measuring
 from fuzz.stress import call_under_stress
+from fuzz.syncrule import budget_note, judges_budget, judges_relative, relative_detail, sync_rule
 from fuzz.syncs import consumer_reads, counting_syncs
 from fuzz.targets import FORM_ATTRIBUTE, Target
 
@@ -85,9 +87,14 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     # A side rebuilt from a source takes its inputs in the form of the copy it was
     # rebuilt from (fuzz/sides.py): --optimized vllm==0.27.1 gets legacy's inputs.
     form = getattr(impl.module, FORM_ATTRIBUTE, side) if side in ("legacy", "optimized") else side
+    # --coverage (fuzz/reach.py) traces building the inputs too: an input model may call the side's own
+    # upstream code there (keep-on-cpu's field configs decide where each field lives).
+    measured = measuring(spec["device"], side)
+    measured.__enter__()
     try:
         thunk = target.input_model().materialize(spec, impl, form)
     except Exception as exc:  # a strategy bug, not a verdict
+        measured.__exit__()
         raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
     on_cuda = spec["device"].startswith("cuda")
     # No synchronize before the call: both detectors count synchronizing
@@ -103,6 +110,8 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
             result.value = call_under_stress(thunk, on_cuda) if stress else thunk()
         except Exception as exc:  # noqa: BLE001 -- exceptions are outputs: recorded and compared
             result.raised, error = Raised.of(exc), exc
+        finally:
+            measured.__exit__()
         if consumer is not None and error is None:
             with consumer_reads():
                 try:
@@ -126,13 +135,11 @@ def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) 
     match our optimized copy."""
     legacy = run_side(target, "legacy", spec)
     optimized = run_side(target, "optimized", spec, stress=config.stress)
-    expected = target.syncs_allowed(spec) if spec["device"].startswith("cuda") else None
     # Outputs equal under the strictest comparison pass the target's own and give every
     # oracle the same answer, so the oracles are asked once. Most examples' outputs are:
     # one exact pass then costs less than assert_close, and less than the oracles twice.
     identical = legacy.ok and optimized.ok and same_exactly(legacy.value, optimized.value)
-    verdict, mismatches = judge(legacy, optimized, target.comparison, expected, config.contract,
-                                known_equal=identical)
+    verdict, mismatches = judge_under_rule(target, spec, legacy, optimized, config, known_equal=identical)
     verdict, mismatches, oracles = _beyond_agreement(target, spec, legacy, optimized, verdict, mismatches,
                                                      identical)
     if config.upstream and target.upstream_impl and not verdict.failed:
@@ -144,6 +151,38 @@ def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) 
                 "legacy", "copy").replace("optimized", "vllm")) for m in differences]
             oracles = ("upstream", *oracles)
     return ExampleResult(spec, verdict, mismatches, legacy, optimized, oracles)
+
+
+def judge_under_rule(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
+                     config: RunConfig = DEFAULT_CONFIG, known_equal: bool = False) -> tuple[Verdict, list[Mismatch]]:
+    """``judge`` with the syncs judged by the target's sync rule under ``config``'s sides
+    (fuzz/syncrule.py, docs/verdicts.md#which-sync-rule).
+
+    The declared budget is passed to ``judge`` only where the rule includes it ("budget",
+    "relative+budget"); its message then names the rule. Where the rule is relative, an example
+    whose values agree and where both sides returned on CUDA with more optimized syncs than legacy
+    ones is a sync regression. Fewer syncs than legacy is never one of the relative rule."""
+    rule = sync_rule(target, config)
+    on_cuda = spec["device"].startswith("cuda")
+    budget = target.syncs_allowed(spec) if on_cuda else None
+    verdict, mismatches = judge(legacy, optimized, target.comparison, budget if judges_budget(rule) else None,
+                                config.contract, known_equal=known_equal)
+    over_budget = verdict is Verdict.SYNC_REGRESSION
+    if over_budget:
+        mismatches = [Mismatch(m.path, m.what, _with_note(m.detail, budget_note(rule, target)))
+                      for m in mismatches]
+    relative = (judges_relative(rule) and on_cuda and verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION)
+                and legacy.ok and optimized.ok and legacy.syncs is not None and optimized.syncs is not None)
+    if relative and optimized.syncs > legacy.syncs:
+        verdict = Verdict.SYNC_REGRESSION
+        mismatches = [Mismatch("", "syncs", relative_detail(rule, target, legacy.syncs, optimized.syncs, budget,
+                                                            config.sync_budget, over_budget))]
+    return verdict, mismatches
+
+
+def _with_note(detail: str, note: str) -> str:
+    """``... (legacy made 2)`` -> ``... (legacy made 2; NOTE)``."""
+    return f"{detail[:-1]}; {note})" if detail.endswith(")") else f"{detail} ({note})"
 
 
 _ORACLE_OF = {Verdict.DIVERGENCE: "differential", Verdict.ERROR_MISMATCH: "differential",

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from xml.etree import ElementTree as ET
 
 from fuzz.model import Failure, Report
-from fuzz.report import consumer_column, rows, sync_column
-from fuzz.verdicts import CANNOT_BUILD, FUZZER_ERROR, UNTESTED
+from fuzz.reachdata import merged_changes
+from fuzz.report import consumer_column, reach_column, report_notes, rows, sync_column
+from fuzz.verdicts import CANNOT_BUILD, FUZZER_ERROR, SAME_CODE, UNREACHED, UNTESTED
 
 _UNTESTED_WHY = "no example ran within its share of the budget"
 
@@ -39,10 +40,10 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
     lines += [f"torch {versions.get('torch')} · {versions.get('gpu') or 'no GPU'} · legacy {versions.get('legacy')} · "
               f"optimized {versions.get('optimized')}", ""]
     lines += ["| target | device | examples | verdict | syncs legacy→optimized | consumer syncs "
-              "| new failures | known |", "|---|---|---|---|---|---|---|---|"]
+              "| reached legacy/optimized | new failures | known |", "|---|---|---|---|---|---|---|---|---|"]
     for entry, device in rows(report.targets):
         if device is None:
-            lines.append(f"| {entry.name} | - | 0 | skipped: {entry.skipped} | - | - | - | - |")
+            lines.append(f"| {entry.name} | - | 0 | skipped: {entry.skipped} | - | - | - | - | - |")
             continue
         failures = [f for f in entry.failures if f.device == device]
         new = [f for f in failures if not f.known]
@@ -54,7 +55,19 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
         tally = entry.by_device.get(device)
         lines.append(f"| {entry.name} | {device} | {tally.examples if tally else 0} | {verdict} | "
                      f"{sync_column(entry, device).replace('->', '→')} | "
-                     f"{consumer_column(entry, device).replace('->', '→')} | {len(new)} | {len(failures) - len(new)} |")
+                     f"{consumer_column(entry, device).replace('->', '→')} | {reach_column(entry, device)} | "
+                     f"{len(new)} | {len(failures) - len(new)} |")
+    notes_ = report_notes(report)
+    if notes_:
+        lines += [""] + [f"- {note}" for note in notes_]
+    changes = merged_changes(report)
+    if changes and changes.get("changed"):
+        lines += ["", "## Changed definitions", "", "| definition | change | targets that ran it | lines reached |",
+                  "|---|---|---|---|"]
+        for change in changes["changed"]:
+            ran = ", ".join(change["targets"]) or "**not covered**"
+            reached = f"{change['reached']}/{change['lines']}" if change["targets"] else "-"
+            lines.append(f"| `{change['ref']}` | {change['change']} | {ran} | {reached} |")
     if images or notes:
         lines += ["", "## Charts", ""]
         for title, file in (images or {}).items():
@@ -99,6 +112,12 @@ def junit_xml(report: Report) -> str:
             skipped += 1  # nothing ran: CI must not count it as a pass
             ET.SubElement(case, "skipped", message=f"untested: {_UNTESTED_WHY}")
             continue
+        if verdict in (UNREACHED, SAME_CODE):
+            skipped += 1  # examples ran, but compared nothing a pass could stand on (docs/reach.md)
+            why = entry.same_code or "both sides executed the same definitions" if verdict == SAME_CODE \
+                else "a side never entered the definitions the target claims"
+            ET.SubElement(case, "skipped", message=f"{verdict}: {why}")
+            continue
         new = [f for f in entry.failures if f.device == device and not f.known]
         known = [f for f in entry.failures if f.device == device and f.known]
         if new:
@@ -109,6 +128,18 @@ def junit_xml(report: Report) -> str:
                                                  "repro": f.repro}) for f in new)
         if known:
             ET.SubElement(case, "system-out").text = "\n".join(f"known {f.verdict}: {f.known}" for f in known)
+    changes = merged_changes(report)
+    if changes and changes.get("changed"):
+        tests += 1
+        case = ET.SubElement(suite, "testcase", classname="syncfuzz.changes", name="changed definitions reached",
+                             time="0")
+        missing = changes.get("not_covered", [])
+        if missing and changes.get("required"):
+            failures += 1
+            ET.SubElement(case, "failure", message=f"{len(missing)} changed definitions no target reached").text = \
+                "\n".join(missing)
+        ET.SubElement(case, "system-out").text = "\n".join(
+            f"{c['ref']} ({c['change']}): " + (", ".join(c["targets"]) or "not covered") for c in changes["changed"])
     suite.set("tests", str(tests))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

@@ -26,12 +26,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fuzz.errors import UsageError
+from fuzz.reachdata import add_reach, read_reach, unreached_side
+from fuzz.reachdata import same_code as reach_same_code
 from fuzz.verdicts import (
     CANNOT_BUILD,
     CRASH_VERDICTS,
     EXAMPLE_VERDICTS,
     FUZZER_ERROR,
+    SAME_CODE,
     SKIPPED,
+    UNREACHED,
     UNTESTED,
     UPSTREAM_COMPARED,
     Verdict,
@@ -186,6 +190,26 @@ def _check_counts(examples: int, verdicts: Mapping[str, int], both_raised: int, 
         raise ReportError(f"{where}: both_raised {both_raised} is not between 0 and its {examples} examples; {fix}")
 
 
+SYNC_PAIRS = ("fewer", "same", "more")  # DeviceTally.sync_pairs: optimized's syncs against legacy's
+
+
+def _sync_pairs(data: Any, examples: int, where: str) -> dict[str, int]:
+    """``sync_pairs`` of a tally as read: optional (a report from before it reads as {}), each of
+    fewer / same / more a non-negative count, together no more than the examples."""
+    value = _field(data, "sync_pairs", dict, where, optional=True) or {}
+    fix = "the report is damaged or edited: re-run that shard"
+    unknown = sorted(set(value) - set(SYNC_PAIRS))
+    if unknown:
+        raise ReportError(f"{where}: sync_pairs has {unknown}, not one of {', '.join(SYNC_PAIRS)}; {fix}")
+    bad = {k: n for k, n in value.items() if not isinstance(n, int) or isinstance(n, bool) or n < 0}
+    if bad:
+        raise ReportError(f"{where}: sync_pairs {bad} must be non-negative counts; {fix}")
+    if sum(value.values()) > examples:
+        raise ReportError(f"{where}: sync_pairs add up to {sum(value.values())}, more than its {examples} "
+                          f"examples; {fix}")
+    return {k: value[k] for k in SYNC_PAIRS if k in value}
+
+
 @dataclass(frozen=True)
 class DeviceTally:
     """What ran on one device: examples, their verdicts, syncs per call."""
@@ -199,21 +223,27 @@ class DeviceTally:
     hidden_syncs_per_call: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: {s: {} for s in SIDES})
     # What the target's consumer stand-in's reads of each output cost (fuzz/oracles/); empty without one.
     consumer_syncs_per_call: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: {s: {} for s in SIDES})
+    # CUDA, per example where both sides returned: did optimized make fewer, the same or more syncs than legacy
+    # on that input ({"fewer": n, "same": n, "more": n}; {} where none was counted, or in a report from before).
+    sync_pairs: Mapping[str, int] = field(default_factory=dict)
 
     def __add__(self, other: DeviceTally) -> DeviceTally:
         verdicts = dict(self.verdicts)
         for verdict, count in other.verdicts.items():
             verdicts[verdict] = verdicts.get(verdict, 0) + count
+        pairs = {k: self.sync_pairs.get(k, 0) + other.sync_pairs.get(k, 0) for k in SYNC_PAIRS
+                 if k in self.sync_pairs or k in other.sync_pairs}
         return DeviceTally(self.examples + other.examples, verdicts, self.both_raised + other.both_raised,
                            _add_histograms(self.syncs_per_call, other.syncs_per_call),
                            _add_histograms(self.hidden_syncs_per_call, other.hidden_syncs_per_call),
-                           _add_histograms(self.consumer_syncs_per_call, other.consumer_syncs_per_call))
+                           _add_histograms(self.consumer_syncs_per_call, other.consumer_syncs_per_call), pairs)
 
     def to_json(self) -> dict[str, Any]:
         return {"examples": self.examples, "verdicts": dict(self.verdicts), "both_raised": self.both_raised,
                 "syncs_per_call": {s: dict(h) for s, h in self.syncs_per_call.items()},
                 "hidden_syncs_per_call": {s: dict(h) for s, h in self.hidden_syncs_per_call.items()},
-                "consumer_syncs_per_call": {s: dict(h) for s, h in self.consumer_syncs_per_call.items()}}
+                "consumer_syncs_per_call": {s: dict(h) for s, h in self.consumer_syncs_per_call.items()},
+                "sync_pairs": dict(self.sync_pairs)}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> DeviceTally:
@@ -225,7 +255,8 @@ class DeviceTally:
         return cls(examples=examples, verdicts=dict(verdicts), both_raised=both_raised,
                    syncs_per_call=_histograms(data, "syncs_per_call", where),
                    hidden_syncs_per_call=_histograms(data, "hidden_syncs_per_call", where),
-                   consumer_syncs_per_call=_histograms(data, "consumer_syncs_per_call", where))
+                   consumer_syncs_per_call=_histograms(data, "consumer_syncs_per_call", where),
+                   sync_pairs=_sync_pairs(data, examples, where))
 
 
 @dataclass(frozen=True)
@@ -246,6 +277,15 @@ class TargetEntry:
     upstream_check: str | None = None  # under --upstream: compared, or why not
     placement: tuple[Mapping[str, Any], ...] = ()  # where each item ran (xdist)
     cannot_build: str | None = None  # why a side's source cannot be built into this target (fuzz/sides.py)
+    # Which rule judged the optimized side's syncs (docs/verdicts.md#which-sync-rule): "budget" (the copies),
+    # "relative" (sides from sources), "relative+budget"; None where none applies (skipped, cannot-build).
+    sync_rule: str | None = None
+    # What each side ran, per device and side (fuzz/reach.py, docs/reach.md): the lines and branches of the
+    # definitions the target claims, reached or not, and every definition entered. Empty: not measured.
+    reach: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Set when the two sides' code reachable from the entry point is the same text (fuzz/codediff.py): an
+    # "agree" would compare a function with itself. Says which code, for the reader.
+    same_code: str | None = None
 
     @property
     def examples(self) -> int:
@@ -270,7 +310,22 @@ class TargetEntry:
         if found:
             return worst(found)
         tally = self.by_device.get(device)
-        return UNTESTED if tally is None or tally.examples == 0 else Verdict.AGREE.value
+        if tally is None or tally.examples == 0:
+            return UNTESTED
+        return self.no_evidence_on(device) or Verdict.AGREE.value
+
+    def no_evidence_on(self, device: str) -> str | None:
+        """``unreached`` when a side never entered what the target claims, ``same-code`` when both sides ran
+        the same code (docs/reach.md): examples ran and agreed, and showed nothing. None otherwise."""
+        sides = self.reach.get(device) or {}
+        if any(unreached_side(record) for record in sides.values()):
+            return UNREACHED
+        if self.same_code or reach_same_code(sides):
+            return SAME_CODE
+        return None
+
+    def unreached_devices(self) -> list[str]:
+        return [d for d in self.devices if self.verdict_on(d) == UNREACHED]
 
     @property
     def verdict(self) -> str:
@@ -282,6 +337,10 @@ class TargetEntry:
             return worst(f.verdict for f in self.failures)
         if not self.devices or self.untested_devices():
             return UNTESTED
+        states = {self.verdict_on(d) for d in self.devices}
+        for state in (UNREACHED, SAME_CODE):
+            if state in states:
+                return state
         return Verdict.AGREE.value
 
     def untested_devices(self) -> list[str]:
@@ -332,7 +391,10 @@ class TargetEntry:
             fuzzer_error=self.fuzzer_error or other.fuzzer_error,
             upstream_check=self.upstream_check or other.upstream_check,
             placement=self.placement + other.placement,
-            cannot_build=self.cannot_build or other.cannot_build)
+            cannot_build=self.cannot_build or other.cannot_build,
+            sync_rule=self.sync_rule or other.sync_rule,
+            reach=add_reach(self.reach, other.reach, self.name),
+            same_code=self.same_code or other.same_code)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -347,6 +409,9 @@ class TargetEntry:
             "failures": [f.to_json() for f in self.failures],
             "placement": [dict(p) for p in self.placement],
             "cannot_build": self.cannot_build,
+            "sync_rule": self.sync_rule,
+            "reach": {d: dict(sides) for d, sides in self.reach.items()},
+            "same_code": self.same_code,
         }
 
     @classmethod
@@ -368,7 +433,10 @@ class TargetEntry:
             fuzzer_error=_field(data, "fuzzer_error", str, where, optional=True),
             upstream_check=_field(data, "upstream_check", str, where, optional=True),
             placement=tuple(_field(data, "placement", list, where, optional=True) or ()),
-            cannot_build=_field(data, "cannot_build", str, where, optional=True))
+            cannot_build=_field(data, "cannot_build", str, where, optional=True),
+            sync_rule=_field(data, "sync_rule", str, where, optional=True),
+            reach=read_reach(_field(data, "reach", dict, where, optional=True) or {}, where),
+            same_code=_field(data, "same_code", str, where, optional=True))
 
 
 def add_entries(entries: Iterable[TargetEntry]) -> list[TargetEntry]:
@@ -397,7 +465,8 @@ class Report:
             return EXIT_USAGE
         if self.new_failures():
             return EXIT_FAILURE
-        if self.untested() or self.cannot_build() or self.upstream_not_compared():
+        if self.untested() or self.cannot_build() or self.upstream_not_compared() or self.unreached() \
+                or self.changes_not_covered():
             return EXIT_INCOMPLETE
         return EXIT_OK
 
@@ -416,6 +485,20 @@ class Report:
         out = [(e.name, d) for e in self.targets for d in e.untested_devices()]
         out += [(e.name, "-") for e in self.targets if not e.devices and e.verdict == UNTESTED]
         return out
+
+    def unreached(self) -> list[tuple[str, str]]:
+        """(target, device) pairs where a side never entered the definitions the target claims."""
+        return [(e.name, d) for e in self.targets for d in e.unreached_devices()]
+
+    def changes_not_covered(self) -> list[str]:
+        """Under ``--require-changes-covered``: the changed definitions no target reached (docs/reach.md)."""
+        runs = [run for run in (self.run.get("merged_from") or [self.run]) if isinstance(run, Mapping)]
+        records = [run["changes"] for run in runs if isinstance(run.get("changes"), Mapping)]
+        if not any(record.get("required") for record in records):
+            return []
+        # Shards split the targets: a definition one shard reached is covered.
+        missing = [set(record.get("not_covered", [])) for record in records]
+        return sorted(set.intersection(*missing)) if missing else []
 
     def cannot_build(self) -> list[tuple[str, str]]:
         """(target, why) for targets a side's source could not be built into."""

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Callable, TextIO
 
 from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Report, TargetEntry
-from fuzz.verdicts import CRASH_VERDICTS, SKIPPED, UNTESTED
+from fuzz.reachdata import line_counts, percent, unreached, unreached_side
+from fuzz.verdicts import CRASH_VERDICTS, SAME_CODE, SKIPPED, UNREACHED, UNTESTED
 
 
 def _sync_range(histogram: Mapping[str, int]) -> str:
@@ -48,7 +49,16 @@ def rows(entries: Iterable[TargetEntry]) -> list[tuple[TargetEntry, str | None]]
 
 
 SUMMARY_HEADER = ("target", "device", "examples", "agree", "both-raised", "verdict", "syncs legacy->optimized",
-                  "consumer syncs")
+                  "consumer syncs", "reached legacy/optimized")
+
+
+def reach_column(entry: TargetEntry, device: str) -> str:
+    """The share of the claimed definitions' upstream lines each side ran (docs/reach.md): "93%/88%";
+    "-" where not measured."""
+    sides = entry.reach.get(device)
+    if not sides:
+        return "-"
+    return "/".join(percent(*line_counts(sides[side])) if side in sides else "-" for side in ("legacy", "optimized"))
 
 
 def summary_table(entries: Iterable[TargetEntry]) -> str:
@@ -65,13 +75,14 @@ def summary_rows(entries: Iterable[TargetEntry]) -> list[tuple[str, ...]]:
     table: list[tuple[str, ...]] = [SUMMARY_HEADER]
     for entry, device in rows(entries):
         if device is None:
-            table.append((entry.name, "-", "0", "-", "-", SKIPPED, entry.skipped or "", ""))
+            table.append((entry.name, "-", "0", "-", "-", SKIPPED, entry.skipped or "", "", ""))
             continue
         tally = entry.by_device.get(device)
         examples = tally.examples if tally else 0
         agree = tally.verdicts.get("agree", 0) if tally else 0
         table.append((entry.name, device, str(examples), str(agree), str(tally.both_raised if tally else 0),
-                      entry.label_on(device), sync_column(entry, device), consumer_column(entry, device)))
+                      entry.label_on(device), sync_column(entry, device), consumer_column(entry, device),
+                      reach_column(entry, device)))
     return table
 
 
@@ -84,6 +95,15 @@ def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:
             lines.append(f"FUZZER BUG in {entry.name}: {entry.fuzzer_error}")
         if entry.cannot_build:
             lines.append(f"cannot-build {entry.name}: {entry.cannot_build}")
+        if entry.same_code or any(entry.verdict_on(d) == SAME_CODE for d in entry.devices):
+            lines.append(f"same-code {entry.name}: {entry.same_code or 'both sides executed the same definitions'}"
+                         "; its agreement is no evidence (docs/reach.md)")
+        for device in entry.unreached_devices():
+            sides = entry.reach.get(device, {})
+            missed = "; ".join(f"{side} entered none of {', '.join(unreached(record)) or 'its claims (none found)'}"
+                               for side, record in sides.items() if unreached_side(record))
+            lines.append(f"UNREACHED: {entry.name} on {device}: {missed}; the examples compared other code "
+                         "(python -m fuzz coverage REPORT shows what ran)")
         for device in entry.untested_devices():
             lines.append(f"UNTESTED: {entry.name} on {device} ran no example before its share of "
                          "--budget ran out; give the run a larger --budget or fewer --target")
@@ -127,6 +147,8 @@ def target_outcome(entry: TargetEntry) -> str:
         return "untested"
     if entry.failures:
         return "known"
+    if entry.verdict in (UNREACHED, SAME_CODE):
+        return entry.verdict
     return SKIPPED if entry.verdict == SKIPPED else "agree"
 
 
@@ -139,7 +161,7 @@ def closing_line(report: Report) -> str:
              f"{buckets.count('new')} with new failures ({new} new)",
              f"{buckets.count('known')} with known failures only", f"{buckets.count('untested')} untested",
              f"{buckets.count('cannot-build')} cannot-build"]
-    parts += [f"{buckets.count(b)} {b}" for b in ("skipped", "fuzzer-error") if b in buckets]
+    parts += [f"{buckets.count(b)} {b}" for b in ("same-code", "unreached", "skipped", "fuzzer-error") if b in buckets]
     code = report.exit_code()
     if report.interrupted:
         meaning = f"interrupted by {report.interrupted}: the report holds what finished"
@@ -147,6 +169,8 @@ def closing_line(report: Report) -> str:
         meaning = EXIT_MEANINGS.get(code, "")
         if code == EXIT_INCOMPLETE and report.upstream_not_compared():
             meaning += " (--upstream compared no target with the real vllm)"
+        if code == EXIT_INCOMPLETE and report.changes_not_covered():
+            meaning += f" ({len(report.changes_not_covered())} changed definitions no target reached)"
     return f"result: {', '.join(parts)}; exit {code}: {meaning}"
 
 
@@ -194,3 +218,41 @@ def item_line(key: str, entry: TargetEntry) -> str:
     devices = " ".join(f"{d} {t.examples}" for d, t in entry.by_device.items()) or "none"
     return (f"[fuzz] {key}: {entry.examples} examples ({devices}) in {entry.seconds:.1f} s "
             f"({rate:.0f}/s), {entry.verdict}")
+
+
+def report_notes(report: Report) -> list[str]:
+    """The lines under the table that speak for the whole run: what was reached, the change's coverage,
+    and which rule judged syncs where it is not the copies' budget."""
+    from fuzz.reachdata import change_line, merged_changes
+
+    notes = []
+    measured = [e for e in report.targets if e.reach]
+    if measured:
+        totals = {side: [0, 0] for side in ("legacy", "optimized")}
+        for entry in measured:
+            for sides in entry.reach.values():
+                for side, record in sides.items():
+                    reached, total = line_counts(record)
+                    totals[side][0] += reached
+                    totals[side][1] += total
+        notes.append("reach: lines of the claimed definitions run, legacy " + percent(*totals["legacy"])
+                     + ", optimized " + percent(*totals["optimized"])
+                     + " (summed over targets and devices; python -m fuzz coverage REPORT lists the lines no "
+                       "example ran)")
+    line = change_line(merged_changes(report))
+    if line:
+        notes.append(line)
+    rules: dict[str, list[str]] = {}
+    for entry in report.targets:
+        if entry.sync_rule and entry.sync_rule != "budget":
+            rules.setdefault(entry.sync_rule, []).append(entry.name)
+    for rule, names in rules.items():
+        notes.append(f"syncs judged {SYNC_RULES.get(rule, rule)}: {', '.join(names)}")
+    return notes
+
+
+SYNC_RULES = {
+    "budget": "by the budget declared for the copy",
+    "relative": "relative to legacy on the same input (the declared budget does not apply)",
+    "relative+budget": "relative to legacy, and by the declared budget (the code descends from its release)",
+}

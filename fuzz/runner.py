@@ -35,8 +35,10 @@ from fuzz.errors import HarnessError
 from fuzz.execute import CudaContextLost, ExampleResult, run_example
 from fuzz.model import DeviceTally, Failure, TargetEntry
 from fuzz.outcome import SideResult
+from fuzz.reach import Measure, measure_for, static_same_code
 from fuzz.repro import repro_payload, save_repro
 from fuzz.sides import CannotBuild, bind_sides
+from fuzz.syncrule import sync_rule
 from fuzz.targets import Target
 from fuzz.upstream import with_upstream
 from fuzz.verdicts import Verdict, worst
@@ -117,6 +119,8 @@ class TallyCounter:
     optimized_hidden: Counter = field(default_factory=Counter)
     legacy_consumer: Counter = field(default_factory=Counter)  # the consumer stand-in's reads (fuzz/oracles/)
     optimized_consumer: Counter = field(default_factory=Counter)
+    # CUDA, both sides returned: optimized made fewer / the same / more syncs than legacy on the input.
+    sync_pairs: Counter = field(default_factory=Counter)
 
     def add(self, result: ExampleResult) -> None:
         self.examples += 1
@@ -134,6 +138,10 @@ class TallyCounter:
             self.optimized_hidden[result.optimized.hidden_syncs or 0] += 1
             if result.optimized.consumer_syncs is not None:
                 self.optimized_consumer[result.optimized.consumer_syncs] += 1
+        legacy, optimized = result.legacy, result.optimized
+        if legacy.ok and optimized.ok and legacy.syncs is not None and optimized.syncs is not None:
+            pair = "fewer" if optimized.syncs < legacy.syncs else "more" if optimized.syncs > legacy.syncs else "same"
+            self.sync_pairs[pair] += 1
 
     def frozen(self) -> DeviceTally:
         def histogram(counter: Counter) -> dict[str, int]:
@@ -145,7 +153,8 @@ class TallyCounter:
             hidden_syncs_per_call={"legacy": histogram(self.legacy_hidden),
                                    "optimized": histogram(self.optimized_hidden)},
             consumer_syncs_per_call={"legacy": histogram(self.legacy_consumer),
-                                     "optimized": histogram(self.optimized_consumer)})
+                                     "optimized": histogram(self.optimized_consumer)},
+            sync_pairs={pair: self.sync_pairs[pair] for pair in ("fewer", "same", "more")} if self.sync_pairs else {})
 
 
 def failure_of(result: ExampleResult, repro: Path | str | None = None) -> Failure:
@@ -173,9 +182,12 @@ class TargetOutcome:
     harness_error: str | None = None
     first_failure_at: int | None = None  # examples run when the first failure was seen
     upstream: str | None = None  # under --upstream: compared, or why not
+    sync_rule: str | None = None  # which rule judges the syncs (fuzz/syncrule.py); None: the target did not run
     seconds: float = 0.0
     started: float = 0.0  # time.monotonic() when fuzzing began
     deadline: float | None = None  # end of its budget share, if any
+    measure: Measure | None = None  # --coverage: what each side ran (fuzz/reach.py)
+    same_code: str | None = None  # both sides' code reachable from the entry is the same text
 
     @property
     def examples(self) -> int:
@@ -196,7 +208,10 @@ class TargetOutcome:
             by_device={device: tally.frozen() for device, tally in self.tallies.items()},
             failures=tuple(failure_of(f, p) for f, p in failures), first_failure_at=self.first_failure_at,
             seconds=round(self.seconds, 3), flaky=self.flaky, skipped=self.skipped,
-            fuzzer_error=self.harness_error, upstream_check=self.upstream, cannot_build=self.cannot_build)
+            fuzzer_error=self.harness_error, upstream_check=self.upstream, cannot_build=self.cannot_build,
+            reach=self.measure.result([d for d, t in self.tallies.items() if t.examples]) if self.measure else {},
+            same_code=self.same_code,
+            sync_rule=self.sync_rule)
 
 
 class _StopTarget(BaseException):
@@ -297,6 +312,21 @@ def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None
     if not outcome.devices:
         outcome.skipped = f"runs on {', '.join(target.devices)}; this run has {', '.join(config.devices)}"
         return outcome
+    outcome.sync_rule = sync_rule(target, config)
+    outcome.same_code = static_same_code(target, config)
+    if config.coverage:
+        outcome.measure = measure_for(target, config)
+        if not outcome.measure.start():
+            outcome.measure = None
+    try:
+        return _fuzz(target, config, deadline, hooks, first_chunk, outcome)
+    finally:
+        if outcome.measure:
+            outcome.measure.stop()
+
+
+def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hooks, first_chunk: int,
+          outcome: TargetOutcome) -> TargetOutcome:
     started = outcome.started = time.monotonic()
     outcome.deadline = deadline
     for device in outcome.devices:

@@ -39,7 +39,7 @@ from fuzz.provenance._common import side_version, version_key
 from fuzz.provenance.sources import Source, open_source, release_version
 from fuzz.provenance.verify import upstream_files_by_module
 from fuzz.sidebuild import ModuleBuild, build_module, reach
-from fuzz.targets import FORM_ATTRIBUTE, Target
+from fuzz.targets import FORM_ATTRIBUTE, RELEASE_ATTRIBUTE, Target
 from fuzz.versions import DEFAULT_PAIR
 
 COPY = "copy"
@@ -172,15 +172,41 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         build = package.module(name.rpartition(".")[2])
         if build.error:
             raise ImportError(build.error)
-        filename = package.filename(name)
+        filename = written_text(package.name, name, build.text)
         lines = build.text.splitlines(keepends=True)
         linecache.cache[filename] = (len(build.text), None, lines, filename)  # tracebacks, inspect.getsource
         module.__file__ = filename
         setattr(module, FORM_ATTRIBUTE, package.template)
+        setattr(module, RELEASE_ATTRIBUTE, package.side.version)
         exec(compile(build.text, filename, "exec"), module.__dict__)  # noqa: S102 -- the rebuilt copy
 
 
 _FINDER = _Finder()
+SIDE_FILES_ENV = "SYNCFUZZ_SIDE_FILES"
+
+
+def side_files_folder() -> Path:
+    """Where rebuilt modules are written: ``$SYNCFUZZ_SIDE_FILES``, else ``syncfuzz-sides`` in the temp folder."""
+    import os
+    import tempfile
+
+    return Path(os.environ.get(SIDE_FILES_ENV) or Path(tempfile.gettempdir()) / "syncfuzz-sides")
+
+
+def written_text(package: str, name: str, text: str) -> str:
+    """The rebuilt module's text as a real file, named by its content, so that coverage.py (which skips
+    ``<...>`` names), debuggers and ``fuzz coverage`` can read what ran (docs/reach.md). Every process of
+    a run writes the same bytes to the same name; the rename makes it whole for a reader at any moment."""
+    import os
+
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    file = side_files_folder() / package.rpartition(".")[2] / f"{name.rpartition('.')[2]}-{digest}.py"
+    if not file.is_file():
+        file.parent.mkdir(parents=True, exist_ok=True)
+        partial = file.with_name(f".{file.name}.{os.getpid()}")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, file)
+    return str(file)
 
 
 class _Package:
@@ -208,7 +234,7 @@ class _Package:
         targets = list(all_targets().values())
         users = [t for t in targets if getattr(t, self.template).partition(":")[0] == f"{self.template}.{name}"]
         base_version = side_version(users[0].versions if users else DEFAULT_PAIR, self.template)
-        base = _base_source(base_version, self.search)
+        base = base_source(base_version, self.search)
         if base is None:
             return ModuleBuild(name, error=f"no source for vllm=={base_version}, which {self.template}/{name}.py "
                                            "was copied from (the base of the merge); fetch its pack")
@@ -231,7 +257,7 @@ class _Package:
 _BASES: dict[tuple[str, tuple[str, ...]], Source | None] = {}
 
 
-def _base_source(version: str, search: Sequence[str]) -> Source | None:
+def base_source(version: str, search: Sequence[str]) -> Source | None:
     """The release a copy was taken from, opened once per process (its parsed files are cached on it)."""
     key = (version, tuple(search))
     if key not in _BASES:
@@ -317,7 +343,11 @@ def _built_path(target: Target, role: str, spec: str, search: Sequence[str]) -> 
     where = f"{role} {spec} ({template}/{short}.py rebuilt)"
     if build.error:
         raise CannotBuild(f"{where}: {build.error}")
+    # What a call of the entry point may run, and of every definition the target claims: an input model
+    # may call a claimed hook directly (ernie's CUDA-graph capture and replay methods).
     needed = reach(build.text, qualname)
+    for ref in target.upstream:
+        needed |= reach(build.text, ref.partition("::")[2])
     failed = [reason for name, reason in build.failed.items() if name in needed]
     if failed:
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
@@ -328,6 +358,12 @@ def _built_path(target: Target, role: str, spec: str, search: Sequence[str]) -> 
     except Exception as exc:  # noqa: BLE001 -- the rebuilt module failed to import: that is the reason
         raise CannotBuild(f"{where}: importing it fails: {type(exc).__name__}: {exc}") from exc
     _check_signature(target, template, built, where)
+    # An input model may say a rebuilt side takes a form it cannot hand it: an optional
+    # ``fits(impl) -> None | reason`` (strategies/paddleocr_vl.py's encode_image grids).
+    fits = getattr(target.input_model(), "fits", None)
+    problem = fits(dataclasses.replace(target, **{role: path}).impl(role)) if fits else None
+    if problem:
+        raise CannotBuild(f"{where}: the input model does not fit {side.version or spec}: {problem}")
     return path
 
 

@@ -37,6 +37,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 FORM_ATTRIBUTE = "SYNCFUZZ_FORM"
 """Set on a module rebuilt from an upstream source (fuzz/sides.py): which copy,
 legacy or optimized, it was rebuilt from, i.e. how its inputs are materialized."""
+RELEASE_ATTRIBUTE = "SYNCFUZZ_RELEASE"
+"""Set on a module rebuilt from an upstream source: the vllm version of that source (``"0.33.0"``), or
+None for a checkout with no ``vllm/_version.py``. An input model whose target's call form changed in
+some release reads it to hand that side its own release's form (``release_of``)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,13 @@ class Target:
             "consumer": self.consumer,
             "files": self.files(),
         }
+
+
+def release_of(impl: Impl) -> str | None:
+    """The vllm release a side's code is from, for an input model that must call it in that release's
+    form: the source's version for a rebuilt side (None when unversioned); None for a copy, whose form
+    the ``side`` argument of ``materialize`` already names."""
+    return getattr(impl.module, RELEASE_ATTRIBUTE, None)
 
 
 def resolve_object(path: str) -> Any:

@@ -49,13 +49,16 @@ SKIPPED = "skipped"  # runs on none of this run's devices (said why)
 FUZZER_ERROR = "fuzzer-error"  # the harness broke: a bug in the fuzzer
 UNTESTED = "untested"  # no example ran (its budget share ran out first)
 CANNOT_BUILD = "cannot-build"  # a side's source cannot be built into this target's code (said why)
+# Examples ran and agreed, but they are no evidence (docs/reach.md):
+SAME_CODE = "same-code"  # both sides ran the same code: a function compared with itself (exit 0, not "agree")
+UNREACHED = "unreached"  # a side never entered the definitions the target claims (exit 3, incomplete)
 
 # A target's ``upstream_check`` when ``--upstream`` compared it with the real vllm (fuzz/upstream.py);
 # any other text says why it could not be.
 UPSTREAM_COMPARED = "compared with the real vllm function"
 
 EXAMPLE_VERDICTS = frozenset(SEVERITY)
-TARGET_VERDICTS = EXAMPLE_VERDICTS | {SKIPPED, FUZZER_ERROR, UNTESTED, CANNOT_BUILD}
+TARGET_VERDICTS = EXAMPLE_VERDICTS | {SKIPPED, FUZZER_ERROR, UNTESTED, CANNOT_BUILD, SAME_CODE, UNREACHED}
 CRASH_VERDICTS = frozenset({"crash", "hang"})  # decided by the isolation layer, inputs not shrunk
 
 

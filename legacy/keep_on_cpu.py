@@ -11,8 +11,8 @@ the multimodal fields that 0.28.0 marks ``keep_on_cpu=True``.
 
 In 0.27.1 these fields were moved to the accelerator with the rest of the batch,
 so the legacy side of every keep-on-cpu target receives them as tensors on
-``spec["device"]`` (strategies/keep_on_cpu.py makes that choice from
-``impl.path``). Upstream paths under ``vllm/model_executor/models/`` and
+``spec["device"]`` (strategies/keep_on_cpu.py makes that choice from this
+copy's own ``_get_mm_fields_config``, which keeps nothing on the host). Upstream paths under ``vllm/model_executor/models/`` and
 qualnames copied, by field:
 
 * ``ultravox.py`` ``audio_lens``: ``UltravoxMultiModalProcessor._get_mm_fields_config``,
@@ -42,10 +42,10 @@ the attributes the copied methods read (marked ADAPTED). The towers they call
 model as small deterministic recording stand-ins (strategies/keep_on_cpu.py):
 the code under test is the code that turns the field into Python ints, split
 sizes, masks and attention metadata.
-The ``_get_mm_fields_config`` copies are not called by any target; their
-``MultiModalFieldConfig`` stand-in records the ``keep_on_cpu`` flag so
-tests/test_keep_on_cpu.py can check the input model's placement rule against
-each version's own configuration.
+The ``_get_mm_fields_config`` copies are what the input models call to place
+the fields: their ``MultiModalFieldConfig`` stand-in records the ``keep_on_cpu``
+flag (never passed by these 0.27.1 configs, so it reads False: every field goes
+to the device), and tests/test_keep_on_cpu.py checks the placement against it.
 """
 
 import math  # ADAPTED: phi4mm.py imports math; one import block for the four files

@@ -26,7 +26,11 @@ Ernie4_5_VisionPatchEmbed and Ernie4_5_VisionRotaryEmbedding (whole classes,
 verbatim); Ernie4_5_VisionTransformer.device, .rot_pos_emb,
 .compute_attn_mask_seqlen and .prepare_encoder_metadata; and
 VariableResolutionResamplerModel (__init__, spatial_conv_reshape and forward
-with its fwd_placeholder, verbatim; load_weights left out).
+with its fwd_placeholder, verbatim; load_weights left out); and
+Ernie4_5_VLMoeForConditionalGeneration.prepare_encoder_cudagraph_capture_inputs
+and .prepare_encoder_cudagraph_replay_buffers (verbatim, in a stand-in class
+holding only ``vision_model``), which the encoder CUDA-graph manager
+(vllm/v1/worker/encoder_cudagraph.py) calls at capture and before each replay.
 
 Ernie4_5_VisionTransformer.prepare_encoder_metadata is verbatim (0.28.0 split it
 out of forward for encoder CUDA graphs and staged cu_seqlens non-blocking).
@@ -428,3 +432,74 @@ class VariableResolutionResamplerModel(nn.Module):
             x = fwd_temporal(x)
         x = fwd_mlp(x)
         return x
+
+
+class EncoderCudaGraphCaptureInputs:  # ADAPTED: stand-in for vllm/v1/worker/encoder_cudagraph_defs.py's dataclass
+    def __init__(self, values):  # ADAPTED: the field the manager reads
+        self.values = values  # ADAPTED
+
+
+class EncoderCudaGraphReplayBuffers:  # ADAPTED: stand-in for vllm/v1/worker/encoder_cudagraph_defs.py's dataclass
+    def __init__(self, values):  # ADAPTED: the field the manager reads
+        self.values = values  # ADAPTED
+
+
+class Ernie4_5_VLMoeForConditionalGeneration(nn.Module):  # ADAPTED: stand-in holding only what the copied methods read
+    def __init__(self, vision_model: Ernie4_5_VisionTransformer) -> None:  # ADAPTED
+        super().__init__()
+        self.vision_model = vision_model  # ADAPTED: upstream Ernie4_5_VisionTransformer(config.vision_config, ...)
+
+    def prepare_encoder_cudagraph_capture_inputs(
+        self,
+        token_budget,
+        max_batch_size,
+        max_frames_per_batch,
+        device,
+        dtype,
+        path: str = "default",
+    ):
+        # from vllm.v1.worker.encoder_cudagraph_defs import EncoderCudaGraphCaptureInputs  # ADAPTED: the module-level stand-in
+
+        m = self.vision_model.spatial_merge_size
+        # Ceil so the buffer fits the worst case of one item using the full
+        # budget.
+        per_mm_item_output = (token_budget + max_batch_size - 1) // max_batch_size
+        # Image-format grid (T=1): h=m, w=per_mm_item_output*m, so the merged
+        # token count per item equals per_mm_item_output.
+        grid_config = [[1, m, per_mm_item_output * m] for _ in range(max_batch_size)]
+
+        patch_embed = self.vision_model.patch_embed
+        in_channels = patch_embed.in_channels
+        patch_size = patch_embed.patch_size
+        total_patches = sum(t * h * w for t, h, w in grid_config)
+        flattened_patch_size = in_channels * patch_size * patch_size
+        dummy_pixel_values = torch.randn(
+            total_patches, flattened_patch_size, device=device, dtype=dtype
+        )
+
+        # max_seqlen is baked at capture: worst case is one item consuming the
+        # full budget - seq_len = token_budget * spatial_merge_size**2.
+        metadata = self.vision_model.prepare_encoder_metadata(
+            grid_config,
+            max_batch_size=max_batch_size,
+            max_seqlen_override=token_budget * (m**2),
+            device=device,
+        )
+        values = metadata | {"pixel_values": dummy_pixel_values}
+        return EncoderCudaGraphCaptureInputs(values=values)
+
+    def prepare_encoder_cudagraph_replay_buffers(
+        self, mm_kwargs, max_batch_size, max_frames_per_batch, path: str = "default"
+    ):
+        # from vllm.v1.worker.encoder_cudagraph_defs import EncoderCudaGraphReplayBuffers  # ADAPTED: the module-level stand-in
+
+        # The per-image grids are needed as Python ints to size the buffers.
+        with gpu_sync_allowed():
+            grid_thw_list = mm_kwargs["image_grid_thw"].tolist()
+        metadata = self.vision_model.prepare_encoder_metadata(
+            grid_thw_list, max_batch_size=max_batch_size
+        )
+        values = metadata | {
+            "pixel_values": mm_kwargs["pixel_values"],
+        }
+        return EncoderCudaGraphReplayBuffers(values=values)

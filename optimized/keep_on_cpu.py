@@ -8,7 +8,8 @@ the multimodal fields that PR #52369 marks ``keep_on_cpu=True``.
 
 ``keep_on_cpu`` makes ``group_and_batch_mm_items`` leave the field on the host,
 so the optimized side of every keep-on-cpu target receives it as a CPU tensor
-(strategies/keep_on_cpu.py makes that choice from ``impl.path``). Where the
+(strategies/keep_on_cpu.py makes that choice from this copy's own
+``_get_mm_fields_config``). Where the
 consumer body did not change between 0.27.1 and 0.28.0 (interns1, keye's
 ``Projector.forward``, phi4mm's ``stack_with_pad``) both copies hold the same
 text and the field's device is the whole difference between the sides.
@@ -47,10 +48,10 @@ the attributes the copied methods read (marked ADAPTED). The towers they call
 model as small deterministic recording stand-ins (strategies/keep_on_cpu.py):
 the code under test is the code that turns the field into Python ints, split
 sizes, masks and attention metadata.
-The ``_get_mm_fields_config`` copies are not called by any target; their
-``MultiModalFieldConfig`` stand-in records the ``keep_on_cpu`` flag so
-tests/test_keep_on_cpu.py can check the input model's placement rule against
-each version's own configuration.
+The ``_get_mm_fields_config`` copies are what the input models call to place
+the fields: their ``MultiModalFieldConfig`` stand-in records the ``keep_on_cpu``
+flag, the host for each field that sets it, and tests/test_keep_on_cpu.py checks
+the placement against it.
 """
 
 import math  # ADAPTED: phi4mm.py imports math; one import block for the four files

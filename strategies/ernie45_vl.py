@@ -19,7 +19,10 @@ How 0.28.0's callers build them (vllm/model_executor/models/ernie45_vl.py):
   ``max_batch_size=B`` and no device (the tower's own). 0.27.1 had no such
   parameters: its side gets the same grid as the CPU int32 tensor 0.28.0
   builds from the list, and ``graph_buffers_reference`` applies what the
-  parameters mean (fuzz/catalog/ernie45_vl.py).
+  parameters mean (fuzz/catalog/ernie45_vl.py). Both calls come from the
+  model's hooks, ``prepare_encoder_cudagraph_capture_inputs`` and
+  ``prepare_encoder_cudagraph_replay_buffers``, which the optimized side runs
+  as the encoder CUDA-graph manager does (``ErnieGraphMetadataInputs``).
 * ``VariableResolutionResamplerModel.forward`` gets the vision features and
   the *unexpanded* grid on the device: images have ``t == 1``, videos an even
   ``t`` (the processor pads frames to ``temporal_conv_size == 2``).
@@ -43,7 +46,7 @@ from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
 from fuzz.targets import Impl
-from strategies.common import INT_DTYPES, choice_of, devices, float_dtypes, int_dtypes, seeded_floats
+from strategies.common import FLOAT_DTYPES, INT_DTYPES, choice_of, devices, float_dtypes, int_dtypes, seeded_floats
 from strategies.grids import grid_thws
 
 # Grid forms today's callers hand to rot_pos_emb: the eager path's device
@@ -70,6 +73,9 @@ GRAPH_BATCH_SIZES = st.one_of(st.none(), st.integers(0, 6))
 GRAPH_SEQLEN_OVERRIDES = st.one_of(st.none(), st.integers(0, 10_000))
 GRAPH_GRID_FORMS = st.sampled_from(["list", "cpu_tensor"])
 GRAPH_NUM_PADS = st.sampled_from([0, 1, 3])
+GRAPH_BUDGET_SLACK = st.integers(0, 6)
+GRAPH_MM_GRID_FORMS = st.sampled_from(["device_tensor", "cpu_tensor"])
+GRAPH_PIXEL_DTYPES = st.sampled_from(["float32", "bfloat16"])
 SPATIAL_CONV_SIZES = st.sampled_from([1, 2])
 RESAMPLER_GRID_FORMS = st.sampled_from(["cpu_tensor", "device_tensor"])
 MODALITIES = st.sampled_from(["image", "video"])
@@ -206,12 +212,21 @@ def _graph_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> di
         override = budget * merge**2
     else:
         grid = draw(grid_thws(min_size=1, max_size=batch, max_t=1, merge=merge))
-    if wide:
-        # Anything the parameters accept: more rows than the batch (no
-        # padding), an empty batch, any override, num_pad, a tensor grid.
+        # The manager replays the smallest captured budget the batch's output tokens fit.
+        budget = sum(h * w for _, h, w in grid) // merge**2 + draw(GRAPH_BUDGET_SLACK)
+    via, form = "model", "device_tensor" if path == "replay" else "list"
+    num_pad = 0
+    if wide and draw(st.booleans()):
+        # prepare_encoder_metadata called directly with anything its parameters
+        # accept: more rows than the batch (no padding), an empty batch, any
+        # override, num_pad, a tensor grid.
+        via = "direct"
         grid = draw(st.one_of(st.just(grid), grid_thws(min_size=0, max_size=5, max_t=2, merge=merge)))
         batch = draw(GRAPH_BATCH_SIZES)
         override = draw(GRAPH_SEQLEN_OVERRIDES)
+        form, num_pad = draw(GRAPH_GRID_FORMS), draw(GRAPH_NUM_PADS)
+    elif wide and path == "replay":
+        form = draw(GRAPH_MM_GRID_FORMS)  # a host image_grid_thw in mm_kwargs
     return {
         "device": draw(devices(available)),
         "merge": merge,
@@ -219,13 +234,17 @@ def _graph_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> di
         "backend": draw(BACKEND_CHOICES),
         "rotary_on": "device",
         "grid_thw": grid,
-        "grid_form": draw(GRAPH_GRID_FORMS) if wide else "list",
-        "grid_dtype": "int32",
+        "grid_form": form,
+        "grid_dtype": "int64" if via == "model" else "int32",
         "path": path,
+        "via": via,
+        "token_budget": budget,
+        "pixel_dtype": draw(GRAPH_PIXEL_DTYPES),
+        "seed": draw(st.integers(0, 2**31 - 1)),
         "max_batch_size": batch,
         "max_seqlen_override": override,
         "pass_device": path == "capture",
-        "num_pad": draw(GRAPH_NUM_PADS) if wide else 0,
+        "num_pad": num_pad,
     }
 
 
@@ -250,17 +269,140 @@ def graph_buffers_reference(metadata: dict[str, Any], *, max_batch_size: int | N
             "max_seqlen": max_seqlen}
 
 
+def fill_graph_buffers(capture: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any]:
+    """What the captured encoder graph reads at replay: the encoder CUDA-graph
+    manager (vllm/v1/worker/encoder_cudagraph.py, EncoderCudaGraphManager
+    ._run_budget_graph) keeps capture's values as the graph's input buffers and,
+    before each ``graph.replay()``, copies the batch's replay values into them:
+    ``src = replay.values.get(key)``; None is skipped, a 0-d ``src`` is
+    ``buf.copy_(src)``, any other goes through ``_copy_padded_buffer``
+    (``dst.zero_(); dst[: src.shape[0]].copy_(src)``; Ernie's
+    ``get_encoder_cudagraph_config`` names no other padding logic). Harness
+    code, the same on both sides: it turns the two calls into the encoder's view."""
+    buffers = {key: buffer.clone() for key, buffer in capture.items()}
+    for key, buffer in buffers.items():
+        src = replay.get(key)
+        if src is None:
+            continue
+        if src.ndim == 0:
+            buffer.copy_(src)
+        else:
+            buffer.zero_()
+            buffer[: src.shape[0]].copy_(src)
+    return buffers
+
+
+def _graph_model(module: ModuleType) -> type | None:
+    """The side's stand-in for the model class holding the graph hooks: 0.28.0 and
+    later copies have it, 0.27.1 (no encoder CUDA graphs) does not."""
+    model = getattr(module, "Ernie4_5_VLMoeForConditionalGeneration", None)
+    if model is None or not hasattr(model, "prepare_encoder_cudagraph_capture_inputs"):
+        return None
+    return model
+
+
 class ErnieGraphMetadataInputs:
-    """``prepare_encoder_metadata`` as the CUDA-graph capture and replay paths
-    call it (0.28.0 only): the optimized side gets the host list and the graph
-    parameters; the legacy side computes 0.27.1's metadata for the same grid
-    and ``graph_buffers_reference`` applies the parameters."""
+    """The encoder CUDA-graph paths (0.28.0 only), as EncoderCudaGraphManager
+    calls the model (vllm/v1/worker/encoder_cudagraph.py): at capture
+    ``prepare_encoder_cudagraph_capture_inputs(token_budget, max_batch_size,
+    max_frames_per_batch, device, dtype)`` once per budget, and before each
+    replay ``prepare_encoder_cudagraph_replay_buffers(mm_kwargs, max_batch_size,
+    max_frames_per_batch)`` for the batch (``mm_kwargs`` on the device, as the
+    runner batches them), whose values it copies into capture's buffers
+    (``fill_graph_buffers``). Both hooks call ``prepare_encoder_metadata`` with a
+    host list and the graph parameters. The thunk returns that metadata and the
+    ``pixel_values`` the hook made -- at capture random dummies, so only their
+    shape, dtype and device (``zeros_like``) -- and, at replay, the filled
+    buffers the graph reads (``graph_buffers``).
+
+    The legacy side computes 0.27.1's metadata for the same grid (the CPU int32
+    tensor 0.28.0 makes of the list) and ``graph_buffers_reference`` applies the
+    parameters; the harness builds the buffers the hooks promise from it.
+    Under ``wide``, ``via == "direct"`` calls ``prepare_encoder_metadata`` itself
+    with anything its parameters accept."""
 
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _graph_specs(available, contract)
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
-        tower = _tower(_copy_module(impl, "Ernie4_5_VisionTransformer.prepare_encoder_metadata"), spec)
+        module = _copy_module(impl, "Ernie4_5_VisionTransformer.prepare_encoder_metadata")
+        tower = _tower(module, spec)
+        if spec.get("via", "direct") == "direct":
+            return self._direct(spec, impl, tower)
+        device = torch.device(spec["device"])
+        batch, budget = spec["max_batch_size"], spec["token_budget"]
+        dtype = FLOAT_DTYPES[spec["pixel_dtype"]]
+        frames = batch  # max_frames_per_batch: images only (t == 1), which Ernie's hooks do not read
+        model = _graph_model(module)
+        if model is None:
+            return self._legacy_graph(spec, impl, tower)
+        graph = model(tower)
+        if spec["path"] == "capture":
+
+            def capture() -> dict[str, Any]:
+                with torch.inference_mode():
+                    values = dict(graph.prepare_encoder_cudagraph_capture_inputs(
+                        budget, batch, frames, device, dtype).values)
+                values["pixel_values"] = torch.zeros_like(values["pixel_values"])  # random dummies
+                return values
+
+            return capture
+        with torch.inference_mode():  # once per budget, before any replay
+            captured = dict(graph.prepare_encoder_cudagraph_capture_inputs(budget, batch, frames, device,
+                                                                           dtype).values)
+        mm_kwargs = _graph_mm_kwargs(spec, tower)
+
+        def replay() -> dict[str, Any]:
+            with torch.inference_mode():
+                values = dict(graph.prepare_encoder_cudagraph_replay_buffers(mm_kwargs, batch, frames).values)
+                return values | {"graph_buffers": fill_graph_buffers(captured, values)}
+
+        return replay
+
+    @staticmethod
+    def _legacy_graph(spec: dict, impl: Impl, tower: torch.nn.Module) -> Callable[[], Any]:
+        """0.27.1: its metadata for the grid each hook hands prepare_encoder_metadata, made into
+        what the hooks' values promise (graph_buffers_reference; the dummy pixel buffer's shape is
+        the capture grid's patches by in_channels * patch_size**2 columns)."""
+        device = torch.device(spec["device"])
+        batch, budget, merge = spec["max_batch_size"], spec["token_budget"], spec["merge"]
+        dtype = FLOAT_DTYPES[spec["pixel_dtype"]]
+        capture_grid = [[1, merge, -(-budget // batch) * merge]] * batch
+        embed = tower.patch_embed
+        columns = embed.in_channels * embed.patch_size**2
+
+        def buffers(grid: list[list[int]], override: int | None, where: torch.device) -> dict[str, Any]:
+            metadata = impl.function(tower, grid_in_form(grid, "cpu_tensor", "int32", spec["device"]),
+                                     num_pad=0, device=where)
+            return graph_buffers_reference(metadata, max_batch_size=batch, max_seqlen_override=override,
+                                           device=where)
+
+        def capture_values() -> dict[str, Any]:
+            patches = sum(t * h * w for t, h, w in capture_grid)
+            return buffers(capture_grid, budget * merge**2, device) | {
+                "pixel_values": torch.zeros(patches, columns, device=device, dtype=dtype)}
+
+        if spec["path"] == "capture":
+
+            def legacy_capture() -> dict[str, Any]:
+                with torch.inference_mode():
+                    return capture_values()
+
+            return legacy_capture
+        with torch.inference_mode():
+            captured = capture_values()
+        mm_kwargs = _graph_mm_kwargs(spec, tower)
+
+        def legacy_replay() -> dict[str, Any]:
+            with torch.inference_mode():
+                grid = mm_kwargs["image_grid_thw"].tolist()
+                values = buffers(grid, None, tower.device) | {"pixel_values": mm_kwargs["pixel_values"]}
+                return values | {"graph_buffers": fill_graph_buffers(captured, values)}
+
+        return legacy_replay
+
+    @staticmethod
+    def _direct(spec: dict, impl: Impl, tower: torch.nn.Module) -> Callable[[], Any]:
         device = torch.device(spec["device"])
         batch, override, num_pad = spec["max_batch_size"], spec["max_seqlen_override"], spec["num_pad"]
         takes_graph_parameters = "max_batch_size" in inspect.signature(impl.function).parameters
@@ -287,6 +429,18 @@ class ErnieGraphMetadataInputs:
                                                device=device)
 
         return legacy_call
+
+
+def _graph_mm_kwargs(spec: dict, tower: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The replayed batch's ``mm_kwargs``: the processor's int64 ``image_grid_thw`` and the
+    flattened patches (``in_channels * patch_size**2`` columns), on the device as the runner
+    batches them (a host grid under ``wide``)."""
+    embed = tower.patch_embed
+    patches = sum(t * h * w for t, h, w in spec["grid_thw"])
+    pixels = seeded_floats((patches, embed.in_channels * embed.patch_size**2), spec["pixel_dtype"], spec["seed"],
+                           spec["device"])
+    grid = grid_in_form(spec["grid_thw"], spec["grid_form"], spec["grid_dtype"], spec["device"])
+    return {"pixel_values": pixels, "image_grid_thw": grid}
 
 
 @st.composite

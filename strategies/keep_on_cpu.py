@@ -7,26 +7,34 @@ Which side gets the field where -- the rule every input model here follows
 moved the field to the accelerator with the rest of the batch, 0.28.0's leaves it
 on the host. The copies cannot show that by themselves (for interns1 and keye's
 projector the consumer text is even identical in both versions), so the input
-model hands each side the field where its own engine would have put it:
+model hands each side the field where its own engine would have put it, and it
+asks the side's own field configuration where that is:
 
+* ``kept_on_host(module, processor, side)``: the input model calls the side's
+  own ``<Processor>._get_mm_fields_config`` (``impl.module``: the copy, a planted
+  or self-test mutant of it, a module rebuilt from another release, or vllm's)
+  with an empty ``hf_inputs`` and reads which fields it marks ``keep_on_cpu``.
+  For the copies that is nothing in 0.27.1 and exactly ``KEPT_FIELDS`` in
+  0.28.0 (tests/test_keep_on_cpu.py checks it). A module without that method
+  (a release older than the copies) falls back to the side rule below.
 * ``field_side(side)``: the engine says which side it builds inputs for
-  (``materialize(spec, impl, side)``). ``"legacy"`` gets the legacy engine's
-  placement; ``"optimized"`` -- the optimized copy, and the planted and
+  (``materialize(spec, impl, side)``). ``"legacy"`` reads ``spec["field_on"]
+  ["legacy"]``; ``"optimized"`` -- the optimized copy, and the planted and
   self-test mutants, one-edit variants of it run as the optimized side -- and
-  ``"upstream"`` (the real vllm, 0.28.0 or later) get the optimized one.
-* ``spec["field_on"][side]`` says where that side's keep-on-cpu field lives:
-  ``"device"`` means ``spec["device"]``, ``"cpu"`` means the host. Under the
-  ``caller`` contract it is ``{"legacy": "device", "optimized": "cpu"}``, i.e.
-  exactly what each version's engine passes. Under ``wide`` the legacy side may
-  also get it on the host (a form the 0.27.1 code accepted); the optimized side
-  keeps it on the host in both contracts, because ``keep_on_cpu`` is part of the
-  0.28.0 contract (on a device it would still compute the same values, only with
-  the syncs the PR removed -- see tests/test_keep_on_cpu.py).
-
-The copies carry each version's own ``_get_mm_fields_config`` (with a
-``MultiModalFieldConfig`` stand-in that records the flag), and
-tests/test_keep_on_cpu.py checks this rule against them: exactly the fields in
-``KEPT_FIELDS`` are ``keep_on_cpu`` in 0.28.0 and none of them in 0.27.1.
+  ``"upstream"`` (the real vllm) read ``spec["field_on"]["optimized"]``; the
+  fallback keeps ``KEPT_FIELDS`` on the host for these, on the device for legacy.
+* ``spec["field_on"][side]`` says where that side's keep-on-cpu fields live:
+  ``"engine"``: where the side's field config puts each one (the host if it is
+  ``keep_on_cpu``, else ``spec["device"]``); ``"device"`` / ``"cpu"`` force
+  every such field onto ``spec["device"]`` / the host. Under the ``caller``
+  contract both sides get ``"engine"``, i.e. exactly what each version's engine
+  passes. Under ``wide`` the legacy side may also get the field on the host
+  (``"cpu"``, a form the 0.27.1 code accepted); the optimized side follows its
+  config in both contracts, because ``keep_on_cpu`` is part of the 0.28.0
+  contract (on a device it would still compute the same values, only with the
+  syncs the PR removed -- see tests/test_keep_on_cpu.py, which forces
+  ``"device"``). Specs saved before the placement came from the configs name
+  it outright (``{"legacy": "device", "optimized": "cpu"}``) and replay as before.
 
 Everything else (pixel data, masks, other fields) is built identically for both
 sides on ``spec["device"]``, so on a CPU-only host both sides see CPU tensors and
@@ -58,9 +66,14 @@ from strategies.common import FLOAT_DTYPES, INT_DTYPES, choice_of, devices, floa
 from strategies.grids import grid_thws
 
 SIDES = ("legacy", "optimized")
-CALLER_PLACEMENT = {"legacy": "device", "optimized": "cpu"}
+# spec["field_on"][side]: "engine" follows the side's own field config (the
+# module docstring says how); "device" / "cpu" force the field there.
+FIELD_PLACES = ("engine", "device", "cpu")
+CALLER_PLACEMENT = {"legacy": "engine", "optimized": "engine"}
 # The fields PR #52369 marks keep_on_cpu, by the processor whose
-# _get_mm_fields_config marks them: what field_tensor() places per side.
+# _get_mm_fields_config marks them. The copies' configs say exactly this
+# (tests/test_keep_on_cpu.py); the placement reads the configs themselves and
+# falls back to this table only for a module that has no config.
 KEPT_FIELDS = {
     "UltravoxMultiModalProcessor": ("audio_lens",),
     "InternS1MultiModalProcessor": ("image_num_patches", "image_token_id", "video_num_patches", "video_token_id"),
@@ -75,18 +88,68 @@ KEPT_FIELDS = {
 
 
 def field_side(side: str) -> str:
-    """Whose engine placement the field follows on ``side`` (an engine side):
-    ``"legacy"`` for the legacy copy, ``"optimized"`` for the optimized copy
-    (and its mutants) and for the real vllm, which keeps the field on the host too."""
+    """Whose entry of ``spec["field_on"]`` (and whose fallback) ``side`` (an
+    engine side) follows: ``"legacy"`` for the legacy copy, ``"optimized"`` for
+    the optimized copy (and its mutants) and for the real vllm."""
     if side not in ENGINE_SIDES:
         raise HarnessError(f"side {side!r} is not one of {', '.join(ENGINE_SIDES)}")
     return "legacy" if side == "legacy" else "optimized"
 
 
+def kept_on_host(module: ModuleType, processor: str, side: str) -> frozenset[str]:
+    """The fields ``module``'s own ``processor._get_mm_fields_config`` marks
+    ``keep_on_cpu``: called, as the engine calls it, on an empty ``hf_inputs``
+    (every upstream config defaults the sizes it reads; none reads ``self``, so
+    the processor is not constructed). A field config without the flag (a
+    release before it existed) keeps nothing on the host.
+
+    A module without the method (a release older than the copies, or a module
+    rebuilt without it) falls back to the rule the input models used before they
+    read the configs: ``KEPT_FIELDS[processor]`` on the host for the optimized
+    side (``field_side``), nothing for legacy."""
+    cls = getattr(module, processor, None)
+    get_config = getattr(cls, "_get_mm_fields_config", None)
+    if get_config is None:
+        return frozenset(KEPT_FIELDS[processor]) if field_side(side) == "optimized" else frozenset()
+    config = get_config(cls.__new__(cls), {}, {})
+    return frozenset(name for name, field in config.items() if getattr(field, "keep_on_cpu", False))
+
+
+class FieldPlacement:
+    """Where one side's keep-on-cpu candidate fields go: ``spec["field_on"]
+    [field_side(side)]`` and, for ``"engine"``, the fields the side's own config
+    keeps on the host (``kept_on_host``)."""
+
+    def __init__(self, spec: dict, side: str, kept: frozenset[str]) -> None:
+        self.side = field_side(side)
+        self.where = spec["field_on"][self.side]
+        if self.where not in FIELD_PLACES:
+            raise HarnessError(f"field_on[{self.side!r}] must be one of {', '.join(FIELD_PLACES)}, not {self.where!r}")
+        self.spec, self.kept = spec, kept
+
+    def device(self, name: str) -> str:
+        if self.where == "engine":
+            return "cpu" if name in self.kept else self.spec["device"]
+        return self.spec["device"] if self.where == "device" else "cpu"
+
+    def tensor(self, name: str, values: Any, *, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        """The field ``name`` as this side's engine would pass it."""
+        tensor = torch.tensor(values, dtype=INT_DTYPES[self.spec["field_dtype"]])
+        if shape is not None:
+            tensor = tensor.reshape(shape)
+        return tensor.to(self.device(name))
+
+
+def field_placement(spec: dict, impl: Impl, side: str, processor: str) -> FieldPlacement:
+    """``side``'s placement, from ``impl.module``'s own ``processor`` config
+    (always called, so every run enters the config the targets name)."""
+    return FieldPlacement(spec, side, kept_on_host(_copy_module(impl), processor, side))
+
+
 # Strategies with fixed arguments are built once: strategies/common.py says why.
 CALLER_FIELD_PLACEMENTS = st.just(dict(CALLER_PLACEMENT))
 WIDE_FIELD_PLACEMENTS = st.fixed_dictionaries(
-    {"legacy": st.sampled_from(["device", "cpu"]), "optimized": st.just("cpu")}
+    {"legacy": st.sampled_from(["engine", "cpu"]), "optimized": st.just("engine")}
 )
 # How the wide contract may pass a list-valued field (interns1, phi4mm).
 FIELD_FORMS = st.sampled_from(["tensor", "list"])
@@ -96,21 +159,6 @@ def field_placements(contract: str) -> st.SearchStrategy[dict[str, str]]:
     """Where each side's keep-on-cpu field lives (see the module docstring).
     The caller contract's dict is one shared object: copy it before changing it."""
     return CALLER_FIELD_PLACEMENTS if contract == "caller" else WIDE_FIELD_PLACEMENTS
-
-
-def field_device(spec: dict, side: str) -> str:
-    where = spec["field_on"][side]
-    if where not in ("device", "cpu"):
-        raise HarnessError(f"field_on[{side!r}] must be 'device' or 'cpu', not {where!r}")
-    return spec["device"] if where == "device" else "cpu"
-
-
-def field_tensor(values: list, spec: dict, side: str, *, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-    """The keep-on-cpu field as this side's engine would pass it."""
-    tensor = torch.tensor(values, dtype=INT_DTYPES[spec["field_dtype"]])
-    if shape is not None:
-        tensor = tensor.reshape(shape)
-    return tensor.to(field_device(spec, side))
 
 
 def _copy_module(impl: Impl) -> ModuleType:
@@ -261,12 +309,12 @@ class UltravoxAudioLensInputs:
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         module = _copy_module(impl)
-        side = field_side(side)
+        fields = field_placement(spec, impl, side, "UltravoxMultiModalProcessor")
         model = impl.owner(_whisper_encoder(module, spec), RecordingAudioProjector(),
                            pad_audio_to_max_context=spec["pad_audio_to_max_context"])
         device, lens = spec["device"], spec["audio_lens"]
         features = seeded_floats((len(lens), spec["num_mel_bins"], spec["frames"]), "float32", spec["seed"] + 1, device)
-        audio_lens = field_tensor(lens, spec, side)
+        audio_lens = fields.tensor("audio_lens", lens)
         token_len = torch.tensor([max(1, math.ceil(n / 8)) for n in feature_lengths(lens)], device=device)
         seq_len = (spec["frames"] - 1) // 2 + 1
         valid = [min(max(n, 0), seq_len) for n in feature_lengths(lens)]
@@ -346,15 +394,15 @@ def _interns1_specs(draw: st.DrawFn, available: Sequence[str], contract: str) ->
     return spec
 
 
-def _token_id(value: int, count: int, spec: dict, side: str) -> Any:
+def _token_id(name: str, value: int, count: int, spec: dict, fields: FieldPlacement) -> Any:
     """A shared ``*_token_id`` field: a 0-d tensor from the processor, repeated
     per item (1-D) or a plain int under the wide contract."""
     form = spec["token_form"]
     if form == "int":
         return value
     if form == "1d":
-        return field_tensor([value] * max(count, 1), spec, side)
-    return field_tensor(value, spec, side)
+        return fields.tensor(name, [value] * max(count, 1))
+    return fields.tensor(name, value)
 
 
 class InternS1NumPatchesInputs:
@@ -366,12 +414,12 @@ class InternS1NumPatchesInputs:
         return _interns1_specs(available, contract)
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
-        side = field_side(side)
+        fields = field_placement(spec, impl, side, "InternS1MultiModalProcessor")
         side_px = spec["grid"] * spec["patch"]
         config = SimpleNamespace(vision_config=SimpleNamespace(image_size=(side_px, side_px)),
                                  text_config=SimpleNamespace(hidden_size=INTERNS1_HIDDEN))
         model = impl.owner(config, PoolingVisionTower(spec["patch"]), RecordingProjector(), 0.5)
-        kwargs = self._kwargs(spec, side, side_px)
+        kwargs = self._kwargs(spec, fields, side_px)
 
         def call() -> dict:
             with torch.inference_mode():
@@ -385,7 +433,7 @@ class InternS1NumPatchesInputs:
         return call
 
     @staticmethod
-    def _kwargs(spec: dict, side: str, side_px: int) -> dict:
+    def _kwargs(spec: dict, fields: FieldPlacement, side_px: int) -> dict:
         groups = {
             "image": ("pixel_values", "image_num_patches", "image_token_id", spec["image_tiles"], 2),
             "video": ("pixel_values_videos", "video_num_patches", "video_token_id", spec["video_frames"], 3),
@@ -398,8 +446,8 @@ class InternS1NumPatchesInputs:
                 continue
             shape = (sum(counts), 3, side_px, side_px)
             kwargs[pixels_key] = seeded_floats(shape, spec["dtype"], spec["seed"] + salt, spec["device"])
-            kwargs[count_key] = list(counts) if spec["field_form"] == "list" else field_tensor(counts, spec, side)
-            kwargs[token_key] = _token_id(spec[f"{name}_token_id"], len(counts), spec, side)
+            kwargs[count_key] = list(counts) if spec["field_form"] == "list" else fields.tensor(count_key, counts)
+            kwargs[token_key] = _token_id(token_key, spec[f"{name}_token_id"], len(counts), spec, fields)
         return kwargs
 
 
@@ -503,12 +551,13 @@ class Phi4MMImageSizesInputs:
         return _phi4mm_specs(available, contract)
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
-        module, side = _copy_module(impl), field_side(side)
+        module = _copy_module(impl)
+        fields = field_placement(spec, impl, side, "Phi4MMMultiModalProcessor")
         config = SimpleNamespace(hidden_size=spec["hidden_size"], img_processor=None, vocab_size=1,
                                  img_processor_stand_in=RecordingNavitTower(spec["side"]))
         encoder = _seed_parameters(module.Phi4MMImageEncoder(config, None), spec["dtype"], spec["seed"], spec["device"])
         model = impl.owner(encoder)
-        kwargs = self._kwargs(spec, side)
+        kwargs = self._kwargs(spec, fields)
 
         def call() -> Any:
             with torch.inference_mode():
@@ -517,7 +566,7 @@ class Phi4MMImageSizesInputs:
         return call
 
     @staticmethod
-    def _kwargs(spec: dict, side: str) -> dict:
+    def _kwargs(spec: dict, fields: FieldPlacement) -> dict:
         device, px = spec["device"], 2 * spec["side"]
         generator = torch.Generator().manual_seed(spec["seed"] + 7)
         pixels, masks, sizes = [], [], []
@@ -532,7 +581,7 @@ class Phi4MMImageSizesInputs:
         return {
             "input_image_embeds": _engine_batch(pixels, as_list),
             "image_attention_mask": _engine_batch(masks, as_list),
-            "image_sizes": sizes if spec["field_form"] == "list" else field_tensor(sizes, spec, side),
+            "image_sizes": sizes if spec["field_form"] == "list" else fields.tensor("image_sizes", sizes),
             "num_img_tokens": torch.ones(len(sizes), dtype=torch.long, device=device),  # schema only
         }
 
@@ -590,13 +639,14 @@ class KeyeGridThwInputs:
         return _keye_specs(available, contract)
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
-        module, side = _copy_module(impl), field_side(side)
+        module = _copy_module(impl)
+        fields = field_placement(spec, impl, side, "KeyeMultiModalProcessor")
         patch_dim = 3 * spec["patch"] ** 2
         projector = module.Projector(SimpleNamespace(hidden_size=spec["text_hidden"]),
                                      SimpleNamespace(hidden_size=patch_dim))
         visual = _seed_parameters(RecordingKeyeVisual(), spec["dtype"], spec["seed"], spec["device"])
         model = impl.owner(visual, _seed_parameters(projector, spec["dtype"], spec["seed"], spec["device"]))
-        kwargs = self._kwargs(spec, side)
+        kwargs = self._kwargs(spec, fields)
 
         def call() -> dict:
             with torch.inference_mode():
@@ -606,7 +656,7 @@ class KeyeGridThwInputs:
         return call
 
     @staticmethod
-    def _kwargs(spec: dict, side: str) -> dict:
+    def _kwargs(spec: dict, fields: FieldPlacement) -> dict:
         groups = {
             "image": ("pixel_values", "image_grid_thw", 2),
             "video": ("pixel_values_videos", "video_grid_thw", 3),
@@ -620,5 +670,5 @@ class KeyeGridThwInputs:
                 continue
             shape = (sum(t * h * w for t, h, w in grids), 3, spec["patch"], spec["patch"])
             kwargs[pixels_key] = seeded_floats(shape, spec["dtype"], spec["seed"] + salt, spec["device"])
-            kwargs[grid_key] = field_tensor(grids, spec, side, shape=(len(grids), 3))
+            kwargs[grid_key] = fields.tensor(grid_key, grids, shape=(len(grids), 3))
         return kwargs

@@ -30,6 +30,8 @@ raise, so lists are not drawn).
 from __future__ import annotations
 
 import functools
+import inspect
+import re
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -37,7 +39,7 @@ import torch
 from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
-from fuzz.targets import Impl
+from fuzz.targets import Impl, release_of
 from strategies.common import (
     FLOAT_DTYPES,
     INT_DTYPES,
@@ -295,13 +297,62 @@ def _one_image(spec: dict) -> tuple[torch.Tensor, Any]:
     return pixels, batch_grid[k]
 
 
+# How each release's caller hands encode_image its grids -- the rule, written
+# once (vllm/model_executor/models/paddleocr_vl.py,
+# PaddleOCRVLForConditionalGeneration._process_image_input):
+# * up to 0.32.0, "row": ``for pixel, grid in zip(pixel_values, image_grid_thw)``
+#   -- one call per image, ``grid`` a row of the batched int64 device tensor;
+# * from 0.33.0, "tuples": ``grids = [tuple(grid) for grid in
+#   image_grid_thw.tolist()]`` and one call with the flat patches of all images,
+#   ``encode_image(pixel_values, image_grid_thw: list[tuple[int, int, int]])``.
+# A rebuilt side's release decides; an unversioned one (a checkout) is read
+# off encode_image's annotation of ``image_grid_thw`` (a string in rebuilt
+# modules); the copies (0.27.1, 0.28.0) take rows.
+TUPLE_GRIDS_SINCE = (0, 33)
+GRID_FORM_ANNOTATIONS = {"torch.Tensor": "row", "Tensor": "row", "list[tuple[int, int, int]]": "tuples"}
+
+
+def encode_image_grid_form(impl: Impl) -> str | None:
+    """``"row"`` or ``"tuples"``: how ``impl``'s release is called (the rule above);
+    None where neither its release nor its signature says."""
+    release = release_of(impl)
+    found = re.match(r"(\d+)\.(\d+)", release or "")
+    if found:
+        return "tuples" if (int(found[1]), int(found[2])) >= TUPLE_GRIDS_SINCE else "row"
+    try:
+        annotation = inspect.signature(impl.function).parameters["image_grid_thw"].annotation
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not isinstance(annotation, str):
+        annotation = annotation.__name__ if isinstance(annotation, type) else repr(annotation)
+    return GRID_FORM_ANNOTATIONS.get(" ".join(annotation.split()).replace("[ ", "[").replace(" ]", "]"))
+
+
 class PaddleOCREncodeImageInputs:
     """``PaddleOCRVLForConditionalGeneration.encode_image(pixel_values,
     image_grid_thw)`` with a recording vision tower: the observable is the
-    keyword arguments the tower received."""
+    keyword arguments the tower received.
+
+    Each side is called in its own release's form (``encode_image_grid_form``):
+    a row gets image ``spec["image"]``'s pixels and grid row, tuples get the same
+    image as a batch of one, ``[tuple(row.tolist())]`` -- the call 0.33.0's
+    ``_process_image_input`` makes for that image alone, so both sides' towers
+    see one image. 0.33.0 leaves ``cu_seqlens`` on the host for the tower
+    (``torch.from_numpy(np.cumsum(...))``), whose ``SiglipEncoder.forward``
+    stages it to the device first thing (``if cu_seqlens.is_cpu: cu_seqlens =
+    async_tensor_h2d(...)``): where it was handed is not observable past the
+    tower, so for tuples the recorded ``cu_seqlens`` is moved as that line
+    moves it before the sides are compared."""
 
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _encode_image_specs(available, contract)
+
+    def fits(self, impl: Impl) -> str | None:
+        """None when the side's grid form is known, else why the input model cannot call it."""
+        if encode_image_grid_form(impl) is not None:
+            return None
+        return ("neither its release nor encode_image's image_grid_thw annotation says whether it takes a grid "
+                "row (<= 0.32.0) or a list of (t, h, w) tuples (>= 0.33.0)")
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         if impl.owner is None:
@@ -309,10 +360,23 @@ class PaddleOCREncodeImageInputs:
         visual = impl.module.SiglipVisionModel(FLOAT_DTYPES[spec["visual_dtype"]])
         model = impl.owner(visual)
         pixels, grid = _one_image(spec)
+        form = encode_image_grid_form(impl)
+        if form == "row":
 
-        def call() -> dict:
+            def call() -> dict:
+                with torch.inference_mode():
+                    return impl.function(model, pixels, grid)
+
+            return call
+        if form != "tuples":
+            raise HarnessError(f"{impl.path}: {self.fits(impl)}")
+        grids = [tuple(grid.tolist())]  # the caller's .tolist(), before the call
+
+        def tuples_call() -> dict:
             with torch.inference_mode():
-                return impl.function(model, pixels, grid)
+                kwargs = dict(impl.function(model, pixels, grids))
+                kwargs["cu_seqlens"] = kwargs["cu_seqlens"].to(pixels.device, non_blocking=True)
+                return kwargs
 
-        return call
+        return tuples_call
 

@@ -23,7 +23,8 @@ from fuzz.targets import lookup
 VALID = {"contract": "wide", "devices": ("cpu", "cuda"), "shard": "2/3", "profile": "nightly",
          "targets": ("fla-chunk-offsets",), "target_modules": ("tests.planted",),
          # Sides from the source packs shipped in sources/ (fuzz/sides.py).
-         "legacy": "vllm==0.27.1", "optimized": "vllm==0.28.0", "sources": (str(SHIPPED_PACKS),)}
+         "legacy": "vllm==0.27.1", "optimized": "vllm==0.28.0", "sources": (str(SHIPPED_PACKS),),
+         "sync_budget": "ignore"}
 
 
 def _other_than(field: dataclasses.Field, hint: object) -> object:
@@ -115,7 +116,8 @@ def test_the_command_line_reaches_every_field_it_sets(monkeypatch):
         "run", "--target", "fla-chunk-offsets", "--budget", "99", "--seed", "5", "--contract", "wide",
         "--corpus", "/c", "--stress", "--upstream", "--confirm", "2", "--in-process", "--example-timeout", "7",
         "--max-restarts", "1", "--workers", "4", "--pieces", "3", "--shard", "2/3", "--profile", "nightly",
-        "--legacy", "vllm==0.27.1", "--optimized", "vllm==0.28.0", "--sources", str(SHIPPED_PACKS)])
+        "--legacy", "vllm==0.27.1", "--optimized", "vllm==0.28.0", "--sources", str(SHIPPED_PACKS),
+        "--sync-budget", "ignore", "--require-changes-covered"])
     _apply_profile(args)
     config = run_config(args, ("cpu", "cuda"), 5)
     assert config == RunConfig(targets=("fla-chunk-offsets",), target_modules=("tests.planted",),
@@ -123,7 +125,8 @@ def test_the_command_line_reaches_every_field_it_sets(monkeypatch):
                                corpus="/c", stress=True, upstream=True, confirm=2, isolated=False,
                                example_timeout=7.0, max_restarts=1, workers=4, pieces=3, shard="2/3",
                                profile="nightly", legacy="vllm==0.27.1", optimized="vllm==0.28.0",
-                               sources=(str(SHIPPED_PACKS),))
+                               sources=(str(SHIPPED_PACKS),), sync_budget="ignore", coverage=True,
+                               require_changes_covered=True)
 
 
 BAD = {
@@ -133,6 +136,7 @@ BAD = {
     "null-where-not-allowed": ({"stress": None}, "must not be null"),
     "bad-contract": ({"contract": "loose"}, "contract 'loose'"),
     "bad-device": ({"devices": ["tpu"]}, "cpu and/or cuda"),
+    "bad-sync-budget": ({"sync_budget": "sometimes"}, "sync_budget 'sometimes' is not one of auto, apply, ignore"),
     "not-an-object": ([1, 2], "must be a JSON object"),
 }
 

@@ -177,3 +177,61 @@ def test_cpu_grid_cu_seqlens_now_land_on_the_device():
     new = optimized.Ernie4_5_VisionTransformer.prepare_encoder_metadata(new_tower, grid, device=cuda)
     assert old["cu_seqlens"].device.type == "cpu" and new["cu_seqlens"].device.type == "cuda"
     assert torch.equal(old["cu_seqlens"], new["cu_seqlens"].cpu())
+
+
+# -- the encoder CUDA-graph hooks (ernie-encoder-metadata-graph) ----------------
+
+GRAPH_HOOKS = ("prepare_encoder_cudagraph_capture_inputs", "prepare_encoder_cudagraph_replay_buffers")
+
+
+@pytest.mark.parametrize("contract", CONTRACTS)
+def test_graph_target_runs_both_model_hooks(monkeypatch, contract):
+    """Every upstream definition the record lists is entered by its runs: the
+    two hooks, on the optimized copy's stand-in model class."""
+    (target,) = lookup(["ernie-encoder-metadata-graph"])
+    listed = {entry.rpartition("::")[2] for entry in target.upstream}
+    assert {f"Ernie4_5_VLMoeForConditionalGeneration.{hook}" for hook in GRAPH_HOOKS} <= listed
+    calls = dict.fromkeys(GRAPH_HOOKS, 0)
+    model = optimized.Ernie4_5_VLMoeForConditionalGeneration
+    for hook in GRAPH_HOOKS:
+        original = getattr(model, hook)
+
+        def counted(self, *args, _hook=hook, _original=original, **kwargs):
+            calls[_hook] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(model, hook, counted)
+    outcome = fuzz(target, max_examples=60, contract=contract)
+    assert not outcome.failures, [(f.spec, f.mismatches) for f in outcome.failures]
+    assert all(calls.values()), calls
+
+
+def test_replay_buffers_fill_the_capture_buffers():
+    """As the manager replays: the batch's values copied into capture's buffers
+    leave the real tokens first and zeros (cu_seqlens: the padded offsets) after."""
+    from strategies.ernie45_vl import fill_graph_buffers
+
+    graph = optimized.Ernie4_5_VLMoeForConditionalGeneration(tower(optimized))
+    captured = graph.prepare_encoder_cudagraph_capture_inputs(8, 2, 2, torch.device("cpu"), torch.float32).values
+    assert tuple(captured["pixel_values"].shape) == (2 * 2 * 8, 1)  # 2 items of [1, m, ceil(8 / 2) * m]
+    assert int(captured["max_seqlen"]) == 8 * 4
+    mm_kwargs = {"image_grid_thw": torch.tensor([[1, 2, 4]]), "pixel_values": torch.arange(8.0).reshape(8, 1)}
+    replay = graph.prepare_encoder_cudagraph_replay_buffers(mm_kwargs, 2, 2).values
+    assert replay["cu_seqlens"].tolist() == [0, 8, 8]
+    buffers = fill_graph_buffers(dict(captured), replay)
+    assert buffers["pixel_values"][:8].flatten().tolist() == list(range(8))
+    assert not buffers["pixel_values"][8:].any()
+    assert int(buffers["max_seqlen"]) == 8
+
+
+def test_a_slip_in_the_capture_hook_is_reported():
+    """Flooring the per-item budget makes the capture buffers too small for a
+    full batch: the legacy side's buffers (the hook's documented shape) differ."""
+    from tests.planted.plant import Plant
+
+    plant = Plant(
+        "ernie-graph-capture-floor", "ernie-encoder-metadata-graph", "optimized.ernie45_vl",
+        "per_mm_item_output = (token_budget + max_batch_size - 1) // max_batch_size",
+        "per_mm_item_output = token_budget // max_batch_size", "the ceil dropped",
+    )
+    assert fuzz(plant.target(), max_examples=100).failures

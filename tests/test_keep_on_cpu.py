@@ -3,6 +3,7 @@ placement, the harness stand-ins, and the one divergence the wide contract finds
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -62,18 +63,43 @@ def _spec(device: str = "meta", **extra) -> dict:
             "field_on": dict(koc.CALLER_PLACEMENT), **extra}
 
 
+def _fields(spec: dict, target: str, side: str) -> koc.FieldPlacement:
+    return koc.field_placement(spec, KOC[target].impl(side), side, PROCESSORS[target])
+
+
+PROCESSORS = {
+    "keep-on-cpu-ultravox-audio-lens": "UltravoxMultiModalProcessor",
+    "keep-on-cpu-interns1-num-patches": "InternS1MultiModalProcessor",
+    "keep-on-cpu-phi4mm-image-sizes": "Phi4MMMultiModalProcessor",
+    "keep-on-cpu-keye-grid-thw": "KeyeMultiModalProcessor",
+}
+
+
 def test_caller_field_on_device_for_legacy_and_host_for_optimized():
     # "meta" stands in for the accelerator: the placement is what is checked.
     spec = _spec()
-    assert koc.field_tensor([1, 2], spec, "legacy").device.type == "meta"
-    assert koc.field_tensor([1, 2], spec, "optimized").device.type == "cpu"
+    fields = {side: _fields(spec, "keep-on-cpu-phi4mm-image-sizes", side) for side in koc.SIDES}
+    assert fields["legacy"].tensor("image_sizes", [1, 2]).device.type == "meta"
+    assert fields["optimized"].tensor("image_sizes", [1, 2]).device.type == "cpu"
+    # A field the config does not keep goes to the device on both sides.
+    assert fields["optimized"].tensor("num_img_tokens", [1, 2]).device.type == "meta"
+
+
+def test_forced_placements_override_the_field_config():
+    """Specs saved before the configs decided name the placement outright and
+    replay as before; the CUDA test below forces the optimized field onto the device."""
+    spec = _spec(field_on={"legacy": "cpu", "optimized": "device"})
+    assert _fields(spec, "keep-on-cpu-phi4mm-image-sizes", "legacy").device("image_sizes") == "cpu"
+    assert _fields(spec, "keep-on-cpu-phi4mm-image-sizes", "optimized").device("image_sizes") == "meta"
+    with pytest.raises(HarnessError, match="must be one of engine, device, cpu"):
+        _fields(_spec(field_on={"legacy": "host", "optimized": "engine"}), "keep-on-cpu-keye-grid-thw", "legacy")
 
 
 @given(koc.field_placements("wide"))
 @settings(max_examples=20, deadline=None)
-def test_wide_never_moves_the_optimized_field_off_the_host(placement):
-    assert placement["optimized"] == "cpu"
-    assert placement["legacy"] in ("cpu", "device")
+def test_wide_never_moves_the_optimized_field_off_its_config(placement):
+    assert placement["optimized"] == "engine"
+    assert placement["legacy"] in ("cpu", "engine")
 
 
 def test_engine_kwargs_place_only_the_kept_fields():
@@ -83,9 +109,11 @@ def test_engine_kwargs_place_only_the_kept_fields():
     phi4mm = _spec(side=2, hidden_size=2, images=[{"crops": [1, 2], "useful": [2, 3], "remainder": [0, 0]}],
                    mask="rectangle", mask_dtype="float32", field_form="tensor", batch_as="engine")
     built = {
-        "interns1": lambda side: koc.InternS1NumPatchesInputs._kwargs(interns1, side, 2),
-        "keye": lambda side: koc.KeyeGridThwInputs._kwargs(keye, side),
-        "phi4mm": lambda side: koc.Phi4MMImageSizesInputs._kwargs(phi4mm, side),
+        "interns1": lambda side: koc.InternS1NumPatchesInputs._kwargs(
+            interns1, _fields(interns1, "keep-on-cpu-interns1-num-patches", side), 2),
+        "keye": lambda side: koc.KeyeGridThwInputs._kwargs(keye, _fields(keye, "keep-on-cpu-keye-grid-thw", side)),
+        "phi4mm": lambda side: koc.Phi4MMImageSizesInputs._kwargs(
+            phi4mm, _fields(phi4mm, "keep-on-cpu-phi4mm-image-sizes", side)),
     }
     kept = {field for fields in koc.KEPT_FIELDS.values() for field in fields}
     for name, build in built.items():
@@ -98,8 +126,8 @@ def test_engine_kwargs_place_only_the_kept_fields():
 
 @pytest.mark.parametrize("processor", sorted(koc.KEPT_FIELDS))
 def test_placement_rule_matches_each_versions_field_config(processor):
-    """CALLER_PLACEMENT is what the copied configs say: 0.27.1 moves every field
-    to the device, 0.28.0 keeps exactly KEPT_FIELDS on the host."""
+    """The copied configs say what the hard-coded rule said: 0.27.1 moves every
+    field to the device, 0.28.0 keeps exactly KEPT_FIELDS on the host."""
 
     def kept(module) -> set[str]:
         config = getattr(module, processor)()._get_mm_fields_config({}, {})
@@ -107,7 +135,106 @@ def test_placement_rule_matches_each_versions_field_config(processor):
 
     assert kept(legacy_copy) == set()
     assert kept(optimized_copy) == set(koc.KEPT_FIELDS[processor])
-    assert koc.CALLER_PLACEMENT == {"legacy": "device", "optimized": "cpu"}
+    assert koc.kept_on_host(legacy_copy, processor, "legacy") == frozenset()
+    assert koc.kept_on_host(optimized_copy, processor, "optimized") == frozenset(koc.KEPT_FIELDS[processor])
+    assert koc.CALLER_PLACEMENT == {"legacy": "engine", "optimized": "engine"}
+
+
+def test_a_module_without_a_field_config_falls_back_to_the_side_rule():
+    bare = type(legacy_copy)("bare")
+    for processor, fields in koc.KEPT_FIELDS.items():
+        assert koc.kept_on_host(bare, processor, "legacy") == frozenset()
+        assert koc.kept_on_host(bare, processor, "optimized") == frozenset(fields)
+        assert koc.kept_on_host(bare, processor, "upstream") == frozenset(fields)
+
+
+def _materialized(target: str, spec: dict, side: str) -> dict:
+    """The arguments ``materialize`` hands the side's function (recorded, not
+    run), by name; ultravox's positional ``audio_lens`` under its own name."""
+    impl = KOC[target].impl(side)
+    seen: dict = {}
+
+    class Recorded(Exception):
+        pass
+
+    def record(model, *args, **kwargs):
+        seen.update(kwargs)
+        seen.update(zip(("input_features", "audio_lens", "audio_token_len"), args))
+        raise Recorded  # nothing to compute: the thunk's own post-processing is skipped
+
+    with pytest.raises(Recorded):
+        KOC[target].input_model().materialize(spec, dataclasses.replace(impl, function=record), side)()
+    return seen
+
+
+def _old_rule(spec: dict, side: str, name: str, processor: str) -> str:
+    """Where the input models put a field before they read the configs."""
+    if name not in koc.KEPT_FIELDS[processor]:
+        return spec["device"]
+    old = {"legacy": "device" if spec["field_on"]["legacy"] == "engine" else "cpu", "optimized": "cpu"}
+    return spec["device"] if old[side] == "device" else "cpu"
+
+
+@pytest.mark.parametrize("contract", ["caller", "wide"])
+@pytest.mark.parametrize("name", NAMES)
+def test_copies_place_every_field_as_the_old_rule_did(name, contract):
+    """Each side's placement now comes from its own field config; for the
+    copies it is exactly the hard-coded rule it replaced. "meta" stands in for
+    the accelerator."""
+
+    @given(KOC[name].input_model().specs(("cpu",), contract))
+    @settings(max_examples=15, deadline=None, database=None)
+    def check(spec):
+        spec = {**spec, "device": "meta"}
+        for side in koc.SIDES:
+            for key, value in _materialized(name, spec, side).items():
+                if isinstance(value, torch.Tensor):
+                    assert value.device.type == _old_rule(spec, side, key, PROCESSORS[name]), (side, key)
+
+    check()
+
+
+_SPECS = {  # one caller-contract spec per target, "meta" for the accelerator
+    "keep-on-cpu-ultravox-audio-lens": _spec(num_mel_bins=1, d_model=4, max_source_positions=3, frames=5,
+                                             audio_lens=[5, 3], layers=1, attn_backend="FLASH_ATTN",
+                                             pad_audio_to_max_context=False),
+    "keep-on-cpu-interns1-num-patches": _spec(grid=2, patch=1, image_tiles=[2, 1], video_frames=[3],
+                                              images_first=True, image_token_id=7, video_token_id=9,
+                                              field_form="tensor", token_form="0d"),
+    "keep-on-cpu-phi4mm-image-sizes": _spec(side=2, hidden_size=2, mask="rectangle", mask_dtype="float32",
+                                            images=[{"crops": [1, 2], "useful": [2, 3], "remainder": [0, 0]}],
+                                            field_form="tensor", batch_as="engine"),
+    "keep-on-cpu-keye-grid-thw": _spec(patch=1, text_hidden=2, image_grid_thw=[[1, 2, 4]],
+                                       video_grid_thw=[[2, 2, 2]], images_first=False),
+}
+_NOT_KEPT = {
+    "keep-on-cpu-ultravox-audio-lens": ("UltravoxMultiModalProcessor", "audio_lens"),
+    "keep-on-cpu-interns1-num-patches": ("InternS1MultiModalProcessor", "image_num_patches"),
+    "keep-on-cpu-phi4mm-image-sizes": ("Phi4MMMultiModalProcessor", "image_sizes"),
+    "keep-on-cpu-keye-grid-thw": (None, "image_grid_thw"),  # keye's method returns _keye_field_config(...)
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_placement_follows_the_sides_own_field_config(name, monkeypatch):
+    """An optimized config that no longer keeps a field on the CPU puts it on
+    the device (the upstream change the targets must see); legacy is untouched."""
+    processor, field = _NOT_KEPT[name]
+    spec = _SPECS[name]
+    assert _materialized(name, spec, "optimized")[field].device.type == "cpu"
+
+    def unkept(config: dict) -> dict:
+        return {**config, field: optimized_copy.MultiModalFieldConfig.batched("image")}
+
+    if processor is None:
+        original = optimized_copy._keye_field_config
+        monkeypatch.setattr(optimized_copy, "_keye_field_config", lambda hf_inputs: unkept(original(hf_inputs)))
+    else:
+        cls = getattr(optimized_copy, processor)
+        original = cls._get_mm_fields_config
+        monkeypatch.setattr(cls, "_get_mm_fields_config", lambda self, hf, kw: unkept(original(self, hf, kw)))
+    assert _materialized(name, spec, "optimized")[field].device.type == "meta"
+    assert _materialized(name, spec, "legacy")[field].device.type == "meta"
 
 
 @pytest.mark.parametrize(

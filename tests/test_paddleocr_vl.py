@@ -177,3 +177,77 @@ def test_encoder_caller_contract_is_what_encode_image_stages():
         assert spec["cu_seqlens"] == [0, t * h * w]
 
     check()
+
+
+# -- encode_image in each release's form (0.33.0: a list of grid tuples) ---------
+
+def _encode_image_impl(side: str, spec: str = "copy"):
+    from fuzz.sides import bind
+
+    (target,) = lookup(["paddleocr-encode-image"])
+    return bind(target, **{side: spec}).impl(side)
+
+
+def test_copies_keep_the_grid_row_form():
+    from strategies.paddleocr_vl import encode_image_grid_form
+
+    assert encode_image_grid_form(_encode_image_impl("legacy")) == "row"
+    assert encode_image_grid_form(_encode_image_impl("optimized")) == "row"
+
+
+@pytest.mark.parametrize(("spec", "form"), [("vllm==0.28.0", "row"), ("vllm==0.32.0", "row"),
+                                            ("vllm==0.33.0", "tuples")])
+def test_a_rebuilt_side_gets_its_release_form(spec, form):
+    from strategies.paddleocr_vl import encode_image_grid_form
+
+    impl = _encode_image_impl("optimized", spec)
+    assert encode_image_grid_form(impl) == form
+    call = PaddleOCREncodeImageInputs().materialize(
+        {"device": "cpu", "grids": [[1, 2, 2], [1, 2, 4]], "image": 1, "grid_form": "device_tensor",
+         "grid_dtype": "int64", "patch_size": 1, "pixel_dtype": "float32", "visual_dtype": "float32", "seed": 0},
+        impl, "optimized")
+    kwargs = call()
+    assert kwargs["image_grid_thw"] == [(1, 2, 4)] and kwargs["cu_seqlens"].tolist() == [0, 8]
+
+
+def test_an_unversioned_side_is_read_off_its_annotation(monkeypatch):
+    """A checkout has no release: the annotation text of image_grid_thw decides;
+    one the rule does not know makes the input model not fit (cannot-build)."""
+    import types
+
+    from fuzz.targets import Impl
+    from strategies.paddleocr_vl import encode_image_grid_form
+
+    def impl_of(annotation: str) -> Impl:
+        def encode_image(self, pixel_values, image_grid_thw): ...
+        encode_image.__annotations__ = {"image_grid_thw": annotation}
+        return Impl("x:PaddleOCRVLForConditionalGeneration.encode_image", encode_image, object,
+                    types.ModuleType("rebuilt"))
+
+    assert encode_image_grid_form(impl_of("list[tuple[int, int, int]]")) == "tuples"
+    assert encode_image_grid_form(impl_of("torch.Tensor")) == "row"
+    unknown = impl_of("Sequence[GridTHW]")
+    assert encode_image_grid_form(unknown) is None
+    assert "annotation" in PaddleOCREncodeImageInputs().fits(unknown)
+
+
+def test_0_28_against_0_33_agrees():
+    from fuzz.config import RunConfig
+    from fuzz.runner import fuzz_target
+
+    for name in ("paddleocr-encode-image", "paddleocr-encoder"):
+        (target,) = lookup([name])
+        config = RunConfig(devices=("cpu",), seed=0, contract="caller", max_examples=30,
+                           legacy="vllm==0.28.0", optimized="vllm==0.33.0")
+        outcome = fuzz_target(target, config)
+        assert outcome.cannot_build is None and outcome.examples == 30, outcome.cannot_build
+        assert not outcome.failures, [(f.spec, f.mismatches) for f in outcome.failures]
+
+
+def test_a_side_the_input_model_does_not_fit_cannot_build(monkeypatch):
+    from fuzz.sides import CannotBuild, bind
+
+    monkeypatch.setattr(PaddleOCREncodeImageInputs, "fits", lambda self, impl: "no known grid form")
+    (target,) = lookup(["paddleocr-encode-image"])
+    with pytest.raises(CannotBuild, match="the input model does not fit 0.33.0: no known grid form"):
+        bind(target, optimized="vllm==0.33.0")

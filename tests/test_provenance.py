@@ -511,18 +511,18 @@ def test_against_a_release_with_a_shipped_pack_reads_the_pack_not_a_wheel(monkey
 def test_against_resolves_from_sources_and_the_environment_before_any_download(monkeypatch, tmp_path):
     from fuzz.packs import SHIPPED_PACKS, SOURCES_ENV
 
-    pack = tmp_path / "packs" / "vllm-0.31.0"  # a release no folder but this one has
+    pack = tmp_path / "packs" / "vllm-0.39.0"  # a release no folder but this one has
     shutil.copytree(SHIPPED_PACKS / "vllm-0.30.0", pack)
     manifest = json.loads((pack / "MANIFEST.json").read_text())
-    (pack / "MANIFEST.json").write_text(json.dumps({**manifest, "version": "0.31.0"}))
+    (pack / "MANIFEST.json").write_text(json.dumps({**manifest, "version": "0.39.0"}))
     _no_download(monkeypatch)
     monkeypatch.delenv(SOURCES_ENV, raising=False)
-    argv = ("--cache", str(tmp_path / "empty-cache"), "--target", "fla-chunk-offsets", "--against", "vllm==0.31.0")
+    argv = ("--cache", str(tmp_path / "empty-cache"), "--target", "fla-chunk-offsets", "--against", "vllm==0.39.0")
     assert prov.cmd_provenance(parse(*argv, "--sources", str(tmp_path / "packs"))) in (0, 1)
     monkeypatch.setenv(SOURCES_ENV, str(tmp_path / "packs"))
     assert prov.cmd_provenance(parse(*argv)) in (0, 1)
     monkeypatch.delenv(SOURCES_ENV)
-    with pytest.raises(AssertionError, match="downloaded vllm==0.31.0"):  # no pack anywhere: the download
+    with pytest.raises(AssertionError, match="downloaded vllm==0.39.0"):  # no pack anywhere: the download
         prov.cmd_provenance(parse(*argv))
     with pytest.raises(UsageError, match="--sources '/no/such' is not a directory"):
         prov.cmd_provenance(parse(*argv, "--sources", "/no/such"))

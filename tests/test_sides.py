@@ -101,7 +101,9 @@ def test_release_sides_give_the_copies_verdicts(name):
     from_releases = fuzz_target(target, config).entry()
     from_copies = fuzz_target(target, config.replace(legacy="copy", optimized="copy")).entry()
     assert from_releases.cannot_build is None
-    assert from_releases.verdict == from_copies.verdict == "agree"
+    # async_tensor_h2d is the same code in 0.27.1 and 0.28.0: same-code, never "agree" (docs/reach.md).
+    expected = "same-code" if name == "async-tensor-h2d" else "agree"
+    assert from_releases.verdict == from_copies.verdict == expected
     assert from_releases.examples == from_copies.examples == 40
 
 

@@ -80,14 +80,22 @@ TARGETS = [
         legacy="legacy.ernie45_vl:Ernie4_5_VisionTransformer.prepare_encoder_metadata",
         optimized="optimized.ernie45_vl:Ernie4_5_VisionTransformer.prepare_encoder_metadata",
         inputs="strategies.ernie45_vl:ErnieGraphMetadataInputs",
+        # The runs call both hooks as EncoderCudaGraphManager does (capture once per budget, then the
+        # batch's replay buffers copied into capture's), on the optimized side's stand-in model class
+        # (optimized/ernie45_vl.py); 0.27.1 has neither, its side is its metadata plus the parameters'
+        # meaning (strategies.ernie45_vl.ErnieGraphMetadataInputs).
         comparison=Comparison(floats="exact", layout=True),
         # The graph paths hand a host list: the table size, cu_seqlens and
         # max_seqlen are all computed on the CPU, and the small staged copies
-        # stage without waiting (F4 corrected) -- nothing may sync, since these
-        # buffers feed a captured graph.
-        expected_optimized_syncs=0,
-        description="0.28.0-only CUDA-graph parameters (max_batch_size padding, max_seqlen_override) "
-        "against 0.27.1's metadata plus their documented meaning",
+        # stage without waiting (F4 corrected) -- nothing in the metadata may
+        # sync, since these buffers feed a captured graph. Replay makes one
+        # deliberate read, mm_kwargs["image_grid_thw"].tolist() of the batch's
+        # device grid under gpu_sync_allowed (prepare_encoder_cudagraph_replay_buffers);
+        # capture none.
+        expected_optimized_syncs=1,
+        description="0.28.0-only encoder CUDA-graph hooks (capture inputs, replay buffers) and their "
+        "prepare_encoder_metadata parameters (max_batch_size padding, max_seqlen_override) against "
+        "0.27.1's metadata plus their documented meaning",
         invariants=(
             f"{_ORACLES}:graph_cu_seqlens_padded",
             f"{_ORACLES}:graph_max_seqlen_on_host",

@@ -1,6 +1,11 @@
 """docs/design.md row 12: consumers of the multimodal fields PR #52369 marks
 ``keep_on_cpu=True`` (legacy gets the field on the device, optimized on the host;
-see strategies/keep_on_cpu.py for the side rule)."""
+see strategies/keep_on_cpu.py for the side rule).
+
+Every qualname in ``upstream`` is entered on each side whose copy holds it: the
+input models call the side's own ``_get_mm_fields_config`` (keye's through
+``_keye_field_config``) to decide where the field goes, then the consumer; the
+0.27.1-only names run on the legacy side, the 0.28.0-only ones on the optimized."""
 
 from fuzz.targets import Comparison, Target
 

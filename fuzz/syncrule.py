@@ -1,0 +1,135 @@
+"""Which rule judges the optimized side's GPU<->CPU syncs (docs/verdicts.md#which-sync-rule).
+
+A target's ``expected_optimized_syncs`` / ``sync_budget`` is the number of
+syncs per call the optimized *copy* makes by design: the code of the release
+the copy was taken from (``Target.versions[1]``). Applied to other code -- a
+side rebuilt from another release or a checkout (fuzz/sides.py) -- it judges a
+design that code never had: two upstream trees that both sync 4 times per call
+were reported as a regression against a budget of 0. So:
+
+* ``budget``: both sides are the copies (the default). The declared budget
+  judges, as it always did.
+* ``relative``: a side comes from a source. A sync regression is the
+  optimized side making more syncs than the legacy side on the same input.
+* ``relative+budget``: as ``relative``, and the declared budget applies on
+  top: the optimized side's code for this target descends from the release
+  the budget was declared for (``optimized_descends``), or ``--sync-budget
+  apply`` asked for it.
+
+``--sync-budget`` (``RunConfig.sync_budget``): ``auto`` decides by descent,
+``apply`` always adds the budget, ``ignore`` never does; for copy-vs-copy runs
+it changes nothing (``budget``). Fewer syncs than legacy is never a failure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+from typing import Any
+
+from fuzz.codediff import digests
+from fuzz.config import SYNC_BUDGET_MODES
+from fuzz.sidebuild import reach
+from fuzz.targets import FORM_ATTRIBUTE, Target
+
+BUDGET, RELATIVE, RELATIVE_BUDGET = "budget", "relative", "relative+budget"
+RULES = (BUDGET, RELATIVE, RELATIVE_BUDGET)
+COPY = "copy"  # fuzz.sides.COPY (not imported: this module needs no side machinery for copies)
+REBUILT = "syncfuzz_sides."  # the package of every rebuilt side (fuzz.sides.PACKAGE)
+
+
+def sync_rule(target: Target, config: Any) -> str:
+    """The rule for ``target`` bound to ``config``'s sides (fuzz.sides.bind_sides): one of ``RULES``."""
+    if config.legacy == COPY and config.optimized == COPY:
+        return BUDGET
+    mode = getattr(config, "sync_budget", "auto")
+    if mode not in SYNC_BUDGET_MODES:
+        raise ValueError(f"sync_budget {mode!r} is not one of {', '.join(SYNC_BUDGET_MODES)}")
+    if mode == "apply":
+        return RELATIVE_BUDGET
+    if mode == "ignore":
+        return RELATIVE
+    return RELATIVE_BUDGET if optimized_descends(target, config) else RELATIVE
+
+
+def judges_budget(rule: str) -> bool:
+    return rule in (BUDGET, RELATIVE_BUDGET)
+
+
+def judges_relative(rule: str) -> bool:
+    return rule in (RELATIVE, RELATIVE_BUDGET)
+
+
+_DESCENDS: dict[tuple[Any, ...], bool] = {}
+
+
+def optimized_descends(target: Target, config: Any) -> bool:
+    """Whether the optimized side's code for ``target`` (bound to ``config``'s sides) descends from the
+    release its sync budget was declared for (``target.versions[1]``, the optimized copy's release).
+
+    * The optimized side is the copy (``--optimized copy``): yes.
+    * A side rebuilt from a source whose template is ``legacy/`` (a release older than the copy's): no;
+      it is an old release's code, built on the legacy copy.
+    * A side rebuilt on ``optimized/``: yes only when every definition reachable from the target's entry
+      point in the rebuilt module (``fuzz.sidebuild.reach``; from the qualname the path names and, for an
+      inherited method, from the qualname of the function that runs) has the same code as the optimized
+      copy's definition of that qualname (``fuzz.codediff.digests``: comments, docstrings and layout
+      aside). A reachable definition the copy lacks, or one that differs, is code the budget was never
+      declared for. Nothing reachable found: not shown to descend, so no.
+
+    The rebuilt module's text is its file (``module.__file__``, written by fuzz.sides), else
+    ``inspect.getsource``; the copy's is its file. Decided once per (target name, sides) per process.
+    """
+    key = (target.name, config.legacy, config.optimized, tuple(config.sources))
+    if key in _DESCENDS:
+        return _DESCENDS[key]
+    impl = target.impl("optimized")
+    module = impl.module
+    if config.optimized == COPY or not module.__name__.startswith(REBUILT):  # the copy itself, not rebuilt
+        _DESCENDS[key] = True
+        return True
+    if getattr(module, FORM_ATTRIBUTE, None) != "optimized":  # rebuilt on legacy/: an older release's code
+        _DESCENDS[key] = False
+        return False
+    text = _module_text(module)
+    copy_text = _module_text(importlib.import_module(f"optimized.{module.__name__.rpartition('.')[2]}"))
+    entry = impl.path.partition(":")[2]
+    runs = getattr(inspect.unwrap(impl.function), "__qualname__", entry)
+    reachable = reach(text, entry) | reach(text, runs)
+    built = digests(text, reachable)
+    descends = bool(built) and built == digests(copy_text, reachable)
+    _DESCENDS[key] = descends
+    return descends
+
+
+def _module_text(module: Any) -> str:
+    file = getattr(module, "__file__", None)
+    if file and Path(file).is_file():
+        return Path(file).read_text(encoding="utf-8")
+    return inspect.getsource(module)
+
+
+def budget_note(rule: str, target: Target) -> str:
+    """How a budget message names its rule."""
+    release = f"vllm {target.versions[1]}"
+    if rule == BUDGET:
+        return f"rule: the budget declared for {release}, the optimized copy's release"
+    return f"rule: relative to legacy, plus the budget declared for {release}"
+
+
+def relative_detail(rule: str, target: Target, legacy_syncs: int, optimized_syncs: int, budget: int | None,
+                    mode: str = "auto", over_budget: bool = False) -> str:
+    """The mismatch detail of a sync regression found relative to legacy (``over_budget``: the budget,
+    where the rule includes it, was exceeded too)."""
+    head = (f"optimized made {optimized_syncs} GPU<->CPU syncs per call, legacy made {legacy_syncs} on the "
+            "same input")
+    release = f"vllm {target.versions[1]}"
+    declared = (f"the budget of {budget} declared for {release}" if budget is not None
+                else f"the budget declared for {release}")
+    if rule == RELATIVE_BUDGET:
+        kept = "also exceeded" if over_budget else "within it"
+        return f"{head} (rule: relative to legacy, plus {declared}: {kept})"
+    why = ("is ignored (--sync-budget ignore)" if mode == "ignore"
+           else "does not apply: the optimized side's code is not that release's")
+    return f"{head} (rule: relative to legacy; {declared} {why})"

@@ -1,0 +1,53 @@
+"""No claim without a call: every upstream definition a target lists is entered during its runs.
+
+A target's ``upstream`` list is what ``fuzz list --json`` tells users a run checks; an upstream change to a
+listed function that no run executes would always "agree". Each target is fuzzed briefly here with reach
+measured (fuzz/reach.py): every listed definition must stand for a definition of at least one side's copy
+(by provenance's mapping, or its qualname), and every such definition must be entered on that side under
+the caller contract, or else under the wide one (some branches exist only for the inputs older callers
+passed: docs/verdicts.md#contracts).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fuzz.config import RunConfig
+from fuzz.reach import measure_for
+from fuzz.reachdata import entered
+from fuzz.runner import fuzz_target
+from fuzz.targets import lookup
+
+TARGETS = lookup([])
+DEVICES = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+EXAMPLES = 60
+
+
+def _entered(target, contract: str) -> dict[str, set[str]]:  # noqa: ANN001
+    config = RunConfig(devices=DEVICES, contract=contract, seed=7, max_examples=EXAMPLES, coverage=True,
+                       isolated=False, confirm=0)
+    entry = fuzz_target(target, config).entry()
+    found: dict[str, set[str]] = {"legacy": set(), "optimized": set()}
+    for sides in entry.reach.values():
+        for side, record in sides.items():
+            found[side] |= {q for q, unit in record["definitions"].items() if entered(unit)}
+    return found
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=[t.name for t in TARGETS])
+def test_every_listed_definition_is_entered(target) -> None:  # noqa: ANN001
+    if not set(target.devices) & set(DEVICES):
+        pytest.skip(f"{target.name} runs on {target.devices}")
+    claims = {side: code.units for side, code in measure_for(target, RunConfig()).sides.items()}
+    standing_for = {side: {unit["upstream"] for unit in units.values()} for side, units in claims.items()}
+    nowhere = [ref for ref in target.upstream if not any(ref in refs for refs in standing_for.values())]
+    assert not nowhere, (f"{target.name} lists upstream definitions neither copy holds: {nowhere}; copy them "
+                         "(and fuzz them) or drop them from the record")
+    found = _entered(target, "caller")
+    missed = {side: set(units) - found[side] for side, units in claims.items()}
+    if any(missed.values()):
+        wide = _entered(target, "wide")
+        missed = {side: names - wide[side] for side, names in missed.items()}
+    assert not any(missed.values()), (f"{target.name}: listed definitions no example entered, per side: "
+                                      f"{ {s: sorted(n) for s, n in missed.items() if n} }")
