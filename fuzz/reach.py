@@ -35,9 +35,10 @@ class Measure:
     definition of another name counts for it); ``upstream`` per side: (the source's lines of each claimed
     definition, for the line map) -- see ``side_code``."""
 
-    def __init__(self, sides: Mapping[str, SideCode]) -> None:
+    def __init__(self, sides: Mapping[str, SideCode], every_call: bool = False) -> None:
         import coverage
 
+        self.every_call = every_call
         self.sides = dict(sides)
         files = sorted({code.path for code in self.sides.values()})
         # No data file, no config file: what we measure must not depend on the user's .coveragerc, and
@@ -57,12 +58,14 @@ class Measure:
         ``MEASURE_EVERY``: the lines a target reaches are nearly all reached early, and tracing every call
         of a long nightly costs examples (bench part v). Each side's n-th call is the same example's (one
         call per side per example), so both sides are measured on the same examples. The report says how
-        many calls were traced (``measured`` of ``calls``)."""
+        many calls were traced (``measured`` of ``calls``). With a side from a source every call is traced
+        (``every_call``): the change's coverage, and --require-changes-covered's exit 3, must not call a
+        definition "not covered" that an untraced example ran."""
         if side not in SIDES:
             return False
         key = (device, side)
         n = self.calls[key] = self.calls.get(key, 0) + 1
-        take = n <= MEASURE_ALL or n % MEASURE_EVERY == 0
+        take = self.every_call or n <= MEASURE_ALL or n % MEASURE_EVERY == 0
         if take:
             self.measured[key] = self.measured.get(key, 0) + 1
         return take
@@ -319,7 +322,10 @@ class measuring:
 
 
 def measure_for(target: Any, config: Any) -> Measure:
-    return Measure({side: side_code(target, side, config) for side in SIDES})
+    from fuzz.sides import COPY
+
+    every_call = config.legacy != COPY or config.optimized != COPY
+    return Measure({side: side_code(target, side, config) for side in SIDES}, every_call)
 
 
 def static_same_code(target: Any, config: Any) -> str | None:

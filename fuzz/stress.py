@@ -76,7 +76,9 @@ def poison(objects: list[Any]) -> None:
     """Overwrite every host object in place with values no real input has."""
     for obj in objects:
         if isinstance(obj, torch.Tensor):
-            with torch.no_grad():
+            # inference_mode, not no_grad: it may write an input an input model made under inference_mode
+            # (an inference tensor, which no_grad may not write) as well as an ordinary one.
+            with torch.inference_mode():
                 if obj.is_floating_point():
                     obj.fill_(float("nan"))
                 elif obj.dtype == torch.bool:

@@ -6,9 +6,10 @@
 #  2. the same refactor with one extra device->host read planted: a sync regression;
 #  3. the releases 0.28.0 vs 0.33.0, every target, with coverage and --require-changes-covered;
 #  4. the cost of coverage on CUDA (bench part v, a few targets).
-# Writes to $OUT (or ./gpu-out): reach.log and the JSON reports.
+# Writes to $OUT (or ./gpu-out): reach.log and bench-v-cuda.json; the JSON reports to $REPORTS (default $OUT).
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+REPORTS=${REPORTS:-$OUT}; mkdir -p "$REPORTS"
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 N=${N:-100}
 TREES=/tmp/sync-rule-trees
@@ -17,7 +18,7 @@ run() {  # label, then fuzz run arguments; prints the exit code
   local label=$1; shift
   echo "== $label: python -m fuzz run $*"
   python3 -m fuzz run --device cuda --seed 0 --max-examples "$N" --confirm 0 --quiet --coverage \
-    --corpus "/tmp/reach-corpus-$label" --report "$OUT/$label.json" "$@" 2>&1 | grep -v '^\[fuzz\]'
+    --corpus "/tmp/reach-corpus-$label" --report "$REPORTS/$label.json" "$@" 2>&1 | grep -v '^\[fuzz\]'
   echo "$label exit ${PIPESTATUS[0]}"
 }
 {
@@ -26,7 +27,7 @@ run() {  # label, then fuzz run arguments; prints the exit code
   run same-syncs-budget --legacy "$TREES/base" --optimized "$TREES/refactor" --sync-budget apply "${PAIR[@]}"
   run planted --legacy "$TREES/base" --optimized "$TREES/planted" "${PAIR[@]}"
   run releases --legacy vllm==0.28.0 --optimized vllm==0.33.0 --require-changes-covered
-  python3 - "$OUT" <<'EOF'
+  python3 - "$REPORTS" <<'EOF'
 import json, sys
 out = sys.argv[1]
 for label in ("same-syncs", "same-syncs-budget", "planted", "releases"):
@@ -38,6 +39,7 @@ for label in ("same-syncs", "same-syncs-budget", "planted", "releases"):
         print(f"{label:18} {t['name']:34} {t['verdict']:16} rule {t.get('sync_rule')}  pairs {pairs}  "
               f"syncs legacy {syncs.get('legacy')} optimized {syncs.get('optimized')}")
 EOF
+  [ "${BENCH:-1}" = 1 ] || exit 0
   echo "== bench part v (coverage on vs off), cuda"
   python3 -m bench.run --parts v --device cuda --examples 100 --repeats 3 --target glm4v-embeddings \
     --target keye-encoder-rope --target diffusion-gemma-sampler --target fla-chunk-indices --json "$OUT/bench-v-cuda.json"

@@ -30,9 +30,13 @@ Two input models:
   ``repeat_interleave(..., output_size=...)`` builds), so a wrong expansion is
   visible even when no request filters.
   Caller contract: ``idx_mapping_np`` intp, ``cu_num_logits_np`` int32,
-  distinct slots, at least one request, no logprobs. Wide contract adds int32
+  distinct slots, at least one request; per-slot ``num_logprobs`` as
+  SamplingStates.add_request stores a request's ``logprobs`` (-1 for none, else
+  0..3 or the whole vocabulary), any ``--logprobs-mode``, and logprobs stashed
+  for some slots at an earlier converging step (``_pending_logprobs``, which
+  lives across sampler calls). Wide contract adds int32
   slot maps, int64 counts, empty batches, draft-token totals that do not match
-  the logits, requested logprobs, and float64 ``cu_num_logits_np`` with
+  the logits, logprob counts past the vocabulary, and float64 ``cu_num_logits_np`` with
   half-token counts: the host ``valid_canvas_len_np`` then sums to more than
   the device ``valid_canvas_len`` (``astype(np.int64)`` truncates, a count of
   0.5 becomes a device repeat of 0), i.e. host and device copies disagree.
@@ -90,6 +94,14 @@ TOP_PS = st.sampled_from([1.0, 1.0, 0.9, 0.5])
 T_MINS = st.sampled_from([0.0, 0.5])
 T_MAXES = st.sampled_from([0.5, 1.0, 2.0])
 CONFIDENCE_THRESHOLDS = st.sampled_from([0.5, 5.0])
+# A request's SamplingParams.logprobs as vllm/v1/worker/gpu/sample/states.py
+# SamplingStates.add_request stores it per slot: None -> NO_LOGPROBS (-1), else
+# k >= 0 (0: only the sampled token's). "vocab" stands for the whole vocabulary
+# (logprobs=-1, which that add_request turns into vocab_size).
+CALLER_LOGPROBS = st.sampled_from([-1, -1, -1, 0, 1, 3, "vocab"])
+# vllm's LogprobsMode (--logprobs-mode); DiffusionSampler.__init__ reads it off
+# the runner's sampler (logits_mode for the *_logits modes).
+LOGPROBS_MODES = st.sampled_from(["raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"])
 ENTROPY_BOUNDS = st.sampled_from([0.1, 1.0, 100.0])
 
 
@@ -409,7 +421,8 @@ def _sampler_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> 
         tile=draw(st.integers(0, max(1, len(requests)))),
         top_k=draw(_top_ks(vocab, n)),
         top_p=draw(st.lists(TOP_PS, min_size=n, max_size=n)),
-        num_logprobs=draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n)) if wide else [-1] * n,
+        num_logprobs=draw(_num_logprobs(vocab, n, wide)),
+        logprobs_mode=draw(LOGPROBS_MODES),
         logits_dtype=draw(float_dtypes(("float32", "bfloat16"))),
         cu_dtype=cu_dtype,
         idx_dtype=draw(IDX_DTYPES) if wide else "int64",
@@ -418,7 +431,48 @@ def _sampler_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> 
         confidence_threshold=draw(CONFIDENCE_THRESHOLDS),
         entropy_bound=draw(ENTROPY_BOUNDS),
     )
+    # DiffusionSampler._pending_logprobs outlives a call: a slot that converged
+    # in an earlier step (with logprobs asked in that batch) keeps its stash until
+    # the step that commits it pops it (__call__), or add_request purges it. A
+    # live server's sampler holds some; drawn only when this batch asks for any.
+    # Not for the batch's prefill slots (their add_request purged the slot), but
+    # for slots outside the batch (running requests this step did not schedule).
+    asks = max(spec["num_logprobs"]) >= 0
+    prefilling = {r["slot"] for r in requests if r["logits"] == 0}
+    spec["stashed_logprobs"] = draw(_stash_slots(tuple(s for s in range(n) if s not in prefilling))) if asks else []
     return spec
+
+
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
+def _stash_slots(pool: tuple[int, ...]) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.sampled_from(pool), unique=True, max_size=len(pool)) if pool else st.just([])
+
+
+@functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
+def _num_logprobs(vocab: int, n: int, wide: bool) -> st.SearchStrategy[list[int]]:
+    """Per-slot ``SamplingStates.num_logprobs`` (``max_num_logprobs`` reads their max over the batch)."""
+    if wide:
+        return st.lists(st.integers(-1, 3), min_size=n, max_size=n)
+    return st.lists(CALLER_LOGPROBS.map(lambda k: vocab if k == "vocab" else k), min_size=n, max_size=n)
+
+
+def sampler_sync_budget(spec: dict) -> int:
+    """Syncs per ``DiffusionSampler.__call__`` on CUDA by design: 0, except the logprobs
+    branch 0.28.0 kept (``max_num_logprobs >= 0``): per tile ``just_converged.any()``,
+    then ``nonzero()`` and per converged slot ``local_idx.item()``, ``slot.item()`` and
+    two 0-d-tensor indexings (``tile_slots[local_idx]``, ``argmax_tokens[local_idx]``,
+    each an ``item()``); once ``is_committing.any()``. An upper bound (every decode slot
+    converging), read off the code, not yet measured; for the catalog's ``sync_budget``."""
+    requests = spec["requests"]
+    if spec["num_draft_tokens"] == 0 or not requests:
+        return 0
+    slots = [r["slot"] for r in requests]
+    if max(spec["num_logprobs"][s] for s in slots) < 0:
+        return 0
+    decode = sum(1 for r in requests if int(r["logits"]) > 0)
+    group = max(1, min(decode, spec["tile"]))  # _sampler's free-memory figure makes the budget `tile`
+    tiles = -(-decode // group)
+    return 1 + 2 * tiles + 4 * decode
 
 
 def input_batch_fields(spec: dict) -> dict[str, Any]:
@@ -459,7 +513,7 @@ def _sampler(module: ModuleType, spec: dict, states: Any) -> tuple[Any, Recordin
     sampling = RecordingSamplingStates(spec["top_k"], spec["top_p"], spec["num_logprobs"], vocab, device)
     draft_tokens = torch.randint(0, vocab, (n, canvas + 1), generator=torch.Generator().manual_seed(spec["seed"] + 3))
     runner_sampler = SimpleNamespace(sampling_states=sampling, req_states=SimpleNamespace(
-        draft_tokens=draft_tokens.to(device)), logprobs_mode="raw_logprobs")
+        draft_tokens=draft_tokens.to(device)), logprobs_mode=spec.get("logprobs_mode", "raw_logprobs"))
     sampler = module.DiffusionSampler(
         sampler=runner_sampler,
         diffusion_config=SimpleNamespace(canvas_length=canvas),
@@ -472,7 +526,21 @@ def _sampler(module: ModuleType, spec: dict, states: Any) -> tuple[Any, Recordin
         embed_weight=seeded_floats((vocab, spec["hidden_size"]), "float32", spec["seed"] + 5, device),
         normalizer=torch.tensor(spec["hidden_size"] ** 0.5, device=device),
     )
+    stash_logprobs(module, spec, sampler)
     return sampler, sampling
+
+
+def stash_logprobs(module: ModuleType, spec: dict, sampler: Any) -> None:
+    """What an earlier converging step left in ``sampler._pending_logprobs`` for
+    ``spec["stashed_logprobs"]``: the side's own ``compute_topk_scores`` over seeded
+    ``[CL, vocab]`` logits, as that step's __call__ computed it (both sides get the
+    same values; each its own LogprobsTensors)."""
+    k = max(spec["num_logprobs"])
+    canvas, vocab = spec["canvas_length"], spec["vocab_size"]
+    for slot in spec.get("stashed_logprobs", ()):
+        scaled = seeded_floats((canvas, vocab), "float32", spec["seed"] + 11 + slot, spec["device"])
+        sampler._pending_logprobs[slot] = module.compute_topk_scores(
+            scaled, k, scaled.argmax(dim=-1), logits_mode=sampler.logits_mode)
 
 
 def _plain(value: Any) -> Any:

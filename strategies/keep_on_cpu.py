@@ -209,12 +209,22 @@ def _attend(h: torch.Tensor, allowed_bias: torch.Tensor) -> torch.Tensor:
 
 class DenseMaskWhisperLayer(nn.Module):
     """Stands in for transformers' ``WhisperEncoderLayer`` (0.27.1): attends over
-    the key-padding mask it receives, additive ``(B, 1, 1, S)``."""
+    the key-padding mask it receives, additive ``(B, 1, 1, S)``.
+
+    ``tupled``: return ``(hidden_states,)`` as transformers 4.x's layer did;
+    0.27.1's ``ModifiedWhisperEncoder.forward`` still unpacks it ("BC version
+    that allows for the old tupled output"). Only 0.27.1 ran that layer, so only
+    the wide contract draws it."""
+
+    def __init__(self, tupled: bool = False) -> None:
+        super().__init__()
+        self.tupled = tupled
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                layer_head_mask: Any = None, output_attentions: bool = False) -> torch.Tensor:
+                layer_head_mask: Any = None, output_attentions: bool = False) -> torch.Tensor | tuple[torch.Tensor]:
         bias = torch.zeros((), device=hidden_states.device) if attention_mask is None else attention_mask[:, 0].float()
-        return _attend(hidden_states, bias)
+        out = _attend(hidden_states, bias)
+        return (out,) if self.tupled else out
 
 
 class VarlenWhisperLayer(nn.Module):
@@ -243,11 +253,40 @@ class VarlenWhisperLayer(nn.Module):
             elif max_seqlen is not None:
                 max_seqlen.item()  # vit_attn_wrappers.flash_attn_maxseqlen_wrapper
         tokens = torch.arange(hidden_states.shape[0], device=cu_seqlens.device, dtype=cu_seqlens.dtype)
-        segment = torch.searchsorted(cu_seqlens, tokens, right=True)
-        same = segment[:, None] == segment[None, :]
+        if self.self_attn.attn.attn_backend.name == "FLASHINFER":
+            same, covered = _flashinfer_segments(hidden_states, tokens, cu_seqlens, sequence_lengths)
+        else:
+            segment = torch.searchsorted(cu_seqlens, tokens, right=True)
+            same = segment[:, None] == segment[None, :]
+            covered = (cu_seqlens[0] == 0) & (cu_seqlens[-1] == hidden_states.shape[0])
         bias = torch.zeros(same.shape, device=hidden_states.device).masked_fill(~same, float("-inf"))
-        covers_tokens = (cu_seqlens[0] == 0) & (cu_seqlens[-1] == hidden_states.shape[0])
-        return _attend(hidden_states, bias).masked_fill(~covers_tokens, float("nan"))
+        return _attend(hidden_states, bias).masked_fill(~covered, float("nan"))
+
+
+def _flashinfer_segments(hidden_states: torch.Tensor, tokens: torch.Tensor, cu_seqlens: torch.Tensor,
+                         sequence_lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The segments FlashInfer's cuDNN prefill reads off 0.28.0's metadata
+    (vllm/v1/attention/ops/vit_attn_wrappers.py ``flashinfer_wrapper``):
+    ``cu_seqlens`` is two halves, ``batch_offsets_qko`` then ``batch_offsets_v``,
+    element offsets (``maybe_recompute_cu_seqlens`` scales the token offsets by
+    ``hidden_size // tp_size``, 3x that for V, and pads both to a batch bucket),
+    and sequence ``i`` is ``sequence_lengths[i]`` tokens from ``qko[i]``. Returns
+    the (N, N) same-segment matrix and, per token, whether exactly one segment
+    covers it with consistent Q/K/V offsets (else its row is poisoned: cuDNN
+    would leave it unwritten or read the wrong rows). Device ops only."""
+    d = hidden_states.shape[-1]
+    if sequence_lengths is None or len(cu_seqlens) % 2 or len(cu_seqlens) // 2 <= len(sequence_lengths):
+        false = torch.zeros(tokens.shape, dtype=torch.bool, device=tokens.device)
+        return false[:, None] & false[None, :], false[:, None]
+    qko, v = cu_seqlens[: len(cu_seqlens) // 2].long(), cu_seqlens[len(cu_seqlens) // 2:].long()
+    consistent = ((qko % d) == 0).all() & (v == 3 * qko).all()
+    starts = (qko // d)[: len(sequence_lengths)]
+    ends = starts + sequence_lengths.long().to(starts.device)
+    inside = (tokens.long()[:, None] >= starts[None, :]) & (tokens.long()[:, None] < ends[None, :])
+    segment = inside.long().argmax(dim=1)
+    same = segment[:, None] == segment[None, :]
+    covered = (inside.sum(dim=1) == 1) & consistent
+    return same, covered[:, None]
 
 
 class RecordingAudioProjector(nn.Module):
@@ -264,7 +303,16 @@ def feature_lengths(audio_lens: Sequence[int]) -> list[int]:
 
 # More than _MAX_ENCODER_BATCH_SIZE (16) chunks exercises audio_lens[start:end].
 ULTRAVOX_CHUNK_COUNTS = st.one_of(st.integers(0, 4), st.integers(15, 20))
-ULTRAVOX_ATTN_BACKENDS = st.sampled_from(["FLASH_ATTN", "TORCH_SDPA"])
+# The whisper layers' WhisperEncoderAttention is an MMEncoderAttention, whose
+# __init__ takes its backend from get_vit_attn_backend (--mm-encoder-attn-backend
+# or the platform default). FLASHINFER is one 0.28.0's CUDA callers get:
+# mm_encoder_attention.py MMEncoderAttention.__init__ / forward_cuda dispatch it, and
+# ultravox.py _build_chunk_attn_metadata hands it to compute_max_seqlen (bucketed),
+# maybe_compute_seq_lens and maybe_recompute_cu_seqlens (the BF16 path: ultravox
+# passes no fp8_padded_hidden_size).
+ULTRAVOX_ATTN_BACKENDS = st.sampled_from(["FLASH_ATTN", "TORCH_SDPA", "FLASHINFER"])
+# How 0.27.1's layers return (DenseMaskWhisperLayer): wide only.
+ULTRAVOX_LAYER_OUTPUTS = st.sampled_from(["tensor", "tuple"])
 
 
 @st.composite
@@ -291,6 +339,8 @@ def _ultravox_specs(draw: st.DrawFn, available: Sequence[str], contract: str) ->
         attn_backend=draw(ULTRAVOX_ATTN_BACKENDS),
         pad_audio_to_max_context=draw(st.booleans()),
     )
+    if wide:  # transformers 4.x's tupled layer output: 0.27.1's callers only
+        spec["legacy_layer_output"] = draw(ULTRAVOX_LAYER_OUTPUTS)
     return spec
 
 
@@ -337,7 +387,8 @@ def _whisper_encoder(module: ModuleType, spec: dict) -> nn.Module:
         layers = [VarlenWhisperLayer(backend) for _ in range(spec["layers"])]
         encoder = module.UltravoxWhisperEncoder(config, layers)
     else:
-        layers = [DenseMaskWhisperLayer() for _ in range(spec["layers"])]
+        tupled = spec.get("legacy_layer_output", "tensor") == "tuple"
+        layers = [DenseMaskWhisperLayer(tupled) for _ in range(spec["layers"])]
         encoder = module.ModifiedWhisperEncoder(config, layers)
     return _seed_parameters(encoder, spec["dtype"], spec["seed"], spec["device"])
 
@@ -615,6 +666,9 @@ class RecordingKeyeVisual(nn.Module):
         return list(pixel_values.flatten(1).split(sizes))
 
 
+KEYE_ITEM_FORMS = st.sampled_from(("pixels",) * 7 + ("embeds",))  # per modality: pixels, or embeddings 1 in 8
+
+
 @st.composite
 def _keye_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     wide = contract == "wide"
@@ -626,6 +680,14 @@ def _keye_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dic
         image_grid_thw=images,
         video_grid_thw=draw(grid_thws(min_size=0, max_size=2, max_t=3, max_hw=6)),
         images_first=draw(st.booleans()),
+        # Precomputed embeddings with their grids: keye.py's KeyeMultiModalDataParser
+        # (embedding_fields: "image_embeds" / "video_embeds" values, "*_grid_thw"
+        # metadata) and _keye_field_config (flat_from_sizes by the grid) let a
+        # 0.28.0 caller send them; _process_image_input / _process_video_embeds read
+        # the kept grid, then raise ValueError ("not supported for this processing
+        # path"), on both sides. Rare, so most examples still reach the towers.
+        image_input=draw(KEYE_ITEM_FORMS),
+        video_input=draw(KEYE_ITEM_FORMS),
     )
     return spec
 
@@ -668,7 +730,10 @@ class KeyeGridThwInputs:
             grids = spec[grid_key]
             if not grids:
                 continue
+            if spec.get(f"{name}_input", "pixels") == "embeds":  # one (patches, D) row per patch
+                pixels_key = f"{name}_embeds"
             shape = (sum(t * h * w for t, h, w in grids), 3, spec["patch"], spec["patch"])
-            kwargs[pixels_key] = seeded_floats(shape, spec["dtype"], spec["seed"] + salt, spec["device"])
+            values = seeded_floats(shape, spec["dtype"], spec["seed"] + salt, spec["device"])
+            kwargs[pixels_key] = values.flatten(1) if pixels_key.endswith("_embeds") else values
             kwargs[grid_key] = fields.tensor(grid_key, grids, shape=(len(grids), 3))
         return kwargs

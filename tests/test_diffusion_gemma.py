@@ -16,7 +16,7 @@ from fuzz.compare import Verdict
 from fuzz.errors import HarnessError
 from fuzz.execute import run_example
 from fuzz.targets import lookup
-from strategies.diffusion_gemma import STATE_TENSORS, index_in_form, slot_in_form, state_dims
+from strategies.diffusion_gemma import STATE_TENSORS, index_in_form, sampler_sync_budget, slot_in_form, state_dims
 from tests.support import fuzz
 
 STATES, SAMPLER = lookup(["diffusion-gemma-states", "diffusion-gemma-sampler"])
@@ -96,6 +96,41 @@ def test_caller_contract_agrees_on_both_targets():
     for target in (STATES, SAMPLER):
         outcome = fuzz(target, max_examples=60)
         assert not outcome.failures, [f.mismatches for f in outcome.failures]
+
+
+def test_caller_draws_requests_asking_for_logprobs():
+    # SamplingStates.add_request stores a request's logprobs per slot (-1 for
+    # none, the vocabulary for logprobs=-1); the sampler keeps stashes across calls.
+    seen: dict[str, set] = {"k": set(), "mode": set(), "stash": set()}
+
+    @settings(max_examples=120, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(SAMPLER.input_model().specs(["cpu"], "caller"))
+    def check(spec):
+        vocab = spec["vocab_size"]
+        assert set(spec["num_logprobs"]) <= {-1, 0, 1, 3, vocab}
+        seen["k"].update("vocab" if k == vocab else k for k in spec["num_logprobs"])
+        seen["mode"].add(spec["logprobs_mode"])
+        prefilling = {r["slot"] for r in spec["requests"] if r["logits"] == 0}
+        assert not prefilling & set(spec["stashed_logprobs"])  # add_request purged those
+        if max(spec["num_logprobs"]) < 0:
+            assert spec["stashed_logprobs"] == []
+        seen["stash"].add(bool(spec["stashed_logprobs"]))
+
+    check()
+    assert {-1, 0, 1, 3, "vocab"} <= seen["k"]
+    assert seen["mode"] == {"raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"}
+    assert seen["stash"] == {True, False}
+
+
+@pytest.mark.parametrize("mode", ["raw_logprobs", "raw_logits"])
+def test_caller_logprobs_commit_the_stash_and_agree(mode):
+    # Slot 1 asks for 2 logprobs; stashes from the converging step are emitted at commit.
+    spec = sampler_spec([2, 2, 2], num_logprobs=[-1, 2, -1], logprobs_mode=mode, stashed_logprobs=[0, 1, 2])
+    result = run_example(SAMPLER, spec)
+    assert result.verdict is Verdict.AGREE
+    logprobs = result.optimized.value["logprobs"]
+    assert logprobs is not None and logprobs["logprobs"].shape[1] == 3  # the sampled token and the top 2
+    assert sampler_sync_budget(spec) > 0 and sampler_sync_budget(sampler_spec([2, 2, 2])) == 0
 
 
 # -- wide-contract findings ---------------------------------------------------

@@ -184,6 +184,28 @@ def test_cpu_grid_cu_seqlens_now_land_on_the_device():
 GRAPH_HOOKS = ("prepare_encoder_cudagraph_capture_inputs", "prepare_encoder_cudagraph_replay_buffers")
 
 
+def test_caller_metadata_forms_are_split_between_the_two_targets():
+    """0.28.0's prepare_encoder_metadata parameters under caller: the eager forward
+    passes a device grid, num_pad=0 (no 0.28.0 or 0.27.1 caller passes another) and
+    a device; the graph hooks pass host lists, max_batch_size (padding when the
+    replayed batch has fewer images), capture's max_seqlen_override, replay no device."""
+    (eager,) = lookup(["ernie-encoder-metadata"])
+    (graph,) = lookup(["ernie-encoder-metadata-graph"])
+    seen = set()
+
+    @settings(max_examples=80, database=None, deadline=None)
+    @given(eager.input_model().specs(["cpu"], "caller"), graph.input_model().specs(["cpu"], "caller"))
+    def check(tower_spec, graph_spec):
+        assert tower_spec["num_pad"] == 0 and tower_spec["grid_form"] == "device_tensor"
+        assert graph_spec["num_pad"] == 0 and graph_spec["via"] == "model"
+        padded = len(graph_spec["grid_thw"]) < graph_spec["max_batch_size"]
+        seen.add((graph_spec["path"], padded, graph_spec["max_seqlen_override"] is not None,
+                  graph_spec["pass_device"]))
+
+    check()
+    assert {("capture", False, True, True), ("replay", True, False, False)} <= seen
+
+
 @pytest.mark.parametrize("contract", CONTRACTS)
 def test_graph_target_runs_both_model_hooks(monkeypatch, contract):
     """Every upstream definition the record lists is entered by its runs: the

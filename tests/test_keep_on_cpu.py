@@ -297,6 +297,71 @@ def test_varlen_stand_in_poisons_segments_that_miss_the_tokens():
     assert out.isnan().all()
 
 
+def _drawn(name: str, contract: str, n: int = 200) -> list[dict]:
+    """``n`` specs of ``name``'s input model, as a run draws them (CPU only)."""
+    strategy = KOC[name].input_model().specs(("cpu",), contract)
+
+    @given(strategy)
+    @settings(max_examples=n, deadline=None, database=None)
+    def collect(spec):
+        specs.append(spec)
+
+    specs: list[dict] = []
+    collect()
+    return specs
+
+
+def test_caller_contract_draws_the_flashinfer_encoder_backend():
+    """0.28.0's whisper attention may run on FLASHINFER (MMEncoderAttention.__init__ /
+    forward_cuda): the caller contract draws it, and never the legacy-only tupled layers."""
+    specs = _drawn("keep-on-cpu-ultravox-audio-lens", "caller")
+    assert {s["attn_backend"] for s in specs} == {"FLASH_ATTN", "TORCH_SDPA", "FLASHINFER"}
+    assert not any("legacy_layer_output" in s for s in specs)
+    wide = _drawn("keep-on-cpu-ultravox-audio-lens", "wide")
+    assert {s["legacy_layer_output"] for s in wide} == {"tensor", "tuple"}
+
+
+def test_caller_contract_draws_keye_embedding_inputs():
+    """KeyeMultiModalDataParser accepts image / video embeddings with their grids."""
+    specs = _drawn("keep-on-cpu-keye-grid-thw", "caller")
+    for name in ("image", "video"):
+        drawn = [s for s in specs if s[f"{name}_grid_thw"]]
+        assert {s[f"{name}_input"] for s in drawn} == {"pixels", "embeds"}, name
+    spec = {**_SPECS["keep-on-cpu-keye-grid-thw"], "device": "cpu", "image_input": "embeds"}
+    kwargs = _materialized("keep-on-cpu-keye-grid-thw", spec, "optimized")
+    assert "pixel_values" not in kwargs and kwargs["image_embeds"].shape == (8, 3)
+    assert kwargs["image_grid_thw"].device.type == "cpu"
+    result = run_example(KOC["keep-on-cpu-keye-grid-thw"], spec)
+    assert result.verdict is Verdict.AGREE
+    assert [(side.raised.type_name, "not supported" in side.raised.message)
+            for side in (result.legacy, result.optimized)] == [("ValueError", True)] * 2
+
+
+def test_flashinfer_stand_in_reads_the_metadata_as_cudnn_does():
+    """On 0.28.0's FLASHINFER metadata (qko | v element offsets, padded to a batch
+    bucket, with sequence_lengths) the stand-in attends the same segments as on
+    FLASH_ATTN's cu_seqlens, and poisons offsets cuDNN would misread."""
+    hidden = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0)).reshape(15, 4)
+    flen = torch.tensor([3, 5, 1])
+    outs = {}
+    for backend in ("FLASH_ATTN", "FLASHINFER"):
+        layer = koc.VarlenWhisperLayer(optimized_copy.AttentionBackendEnum[backend])
+        meta = optimized_copy._build_chunk_attn_metadata(layer.self_attn.attn, flen, 5, 4, torch.device("cpu"))
+        outs[backend] = layer(hidden, **meta)
+    assert meta["cu_seqlens"].tolist() == [x * 4 for x in [0, 3, 5, 10, 11, 15, 15, 15, 15]] + [
+        x * 12 for x in [0, 3, 5, 10, 11, 15, 15, 15, 15]]
+    assert meta["sequence_lengths"].tolist() == [3, 2, 5, 1, 4, 0, 0, 0]
+    torch.testing.assert_close(outs["FLASHINFER"], outs["FLASH_ATTN"])
+    bad_v = meta["cu_seqlens"].clone()
+    bad_v[9:] //= 3  # V offsets at Q's stride
+    assert layer(hidden, cu_seqlens=bad_v, max_seqlen=meta["max_seqlen"],
+                 sequence_lengths=meta["sequence_lengths"]).isnan().all()
+    short = meta["sequence_lengths"].clone()
+    short[1] = 1  # token 4 left to no segment
+    out = layer(hidden, cu_seqlens=meta["cu_seqlens"], max_seqlen=meta["max_seqlen"], sequence_lengths=short)
+    assert out[4].isnan().all() and not out[:4].isnan().any()
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_caller_contract_agrees(name):
     outcome = fuzz(KOC[name], max_examples=100)
