@@ -15,7 +15,8 @@ from typing import Any
 
 from fuzz.charts import report_charts, svg_for_html
 from fuzz.model import Failure, Report, TargetEntry
-from fuzz.report import SUMMARY_HEADER, closing_line, failure_lines, summary_rows
+from fuzz.reachdata import merged_changes
+from fuzz.report import SUMMARY_HEADER, closing_line, failure_lines, report_notes, summary_rows
 from fuzz.verdicts import CRASH_VERDICTS
 
 # The page's first lines: what an existing file must start with for --html to replace it (fuzz/preflight.py).
@@ -113,11 +114,30 @@ def _summary(report: Report) -> str:
 
 
 def _notes(report: Report) -> str:
-    """Upstream, fuzzer-error, cannot-build and untested lines (as the terminal says them), without failures."""
-    lines = failure_lines([entry.with_failures(()) for entry in report.targets])
+    """The run's notes (reach, the change's coverage, sync rules) and the upstream, fuzzer-error,
+    cannot-build, same-code, unreached and untested lines, as the terminal says them, without failures."""
+    lines = report_notes(report) + failure_lines([entry.with_failures(()) for entry in report.targets])
     if not lines:
         return ""
     return "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in lines) + "</ul>"
+
+
+def _changes(report: Report) -> str:
+    """The change's coverage (docs/reach.md): every changed definition, the targets that ran it."""
+    changes = merged_changes(report)
+    if not changes or not changes.get("changed"):
+        return ""
+    out = [f"<h2>Changed definitions ({len(changes['changed'])})</h2>",
+           "<table><thead><tr><th>definition</th><th>change</th><th>targets that ran it</th>"
+           "<th>lines reached</th></tr></thead><tbody>"]
+    for change in changes["changed"]:
+        ran = ", ".join(change["targets"])
+        reached = f"{change['reached']}/{change['lines']}" if change["targets"] else "-"
+        mark = "" if ran else ' class="new"'  # not covered: as a new failure is marked
+        out.append(f"<tr><td>{_e(change['ref'])}</td><td>{_e(change['change'])}</td>"
+                   f"<td{mark}>{_e(ran or 'not covered')}</td><td>{_e(reached)}</td></tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
 
 
 def _charts(report: Report) -> str:
@@ -206,6 +226,7 @@ def html_report(report: Report) -> str:
         body.append(f"<p class=\"new\">interrupted by {_e(report.interrupted)}: the report holds the items "
                     "that finished</p>")
     body += ["<h2>Summary</h2>", _summary(report), _notes(report), "<h2>Charts</h2>", _charts(report)]
+    body.append(_changes(report))
     body.append(f"<h2>Failures ({len(failures)})</h2>")
     if failures:
         body += [_failure(entry, failure, i) for i, (entry, failure) in enumerate(failures)]

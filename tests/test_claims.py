@@ -39,6 +39,10 @@ def _entered(target, contract: str) -> dict[str, set[str]]:  # noqa: ANN001
 def test_every_listed_definition_is_entered(target) -> None:  # noqa: ANN001
     if not set(target.devices) & set(DEVICES):
         pytest.skip(f"{target.name} runs on {target.devices}")
+    import coverage
+
+    if coverage.Coverage.current() is not None:
+        pytest.skip("this process is measured already (pytest-cov): reach refuses a second tracer")
     claims = {side: code.units for side, code in measure_for(target, RunConfig()).sides.items()}
     standing_for = {side: {unit["upstream"] for unit in units.values()} for side, units in claims.items()}
     nowhere = [ref for ref in target.upstream if not any(ref in refs for refs in standing_for.values())]

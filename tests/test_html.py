@@ -241,3 +241,17 @@ def test_the_page_renders_in_headless_chromium(tmp_path, h200):
     assert PLANTED not in dom and "&lt;script&gt;alert('planted')&lt;/script&gt;" in dom  # text, not a script
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console == [], console
+
+
+def test_the_change_coverage_and_the_run_notes_are_on_the_page(h200):
+    changes = {"legacy": "vllm==0.28.0", "optimized": "vllm==0.33.0", "required": True, "measured": True,
+               "changed": [{"path": "vllm/a.py", "qualname": "f", "change": "changed", "line": 3,
+                            "ref": "vllm/a.py::f", "targets": ["fla-chunk-offsets"], "lines": 10, "reached": 9},
+                           {"path": "vllm/a.py", "qualname": "g<script>", "change": "added", "line": 9,
+                            "ref": "vllm/a.py::g<script>", "targets": [], "lines": 0, "reached": 0}],
+               "fuzzed": 1, "lines_reached": 9, "lines": 10, "not_covered": ["vllm/a.py::g<script>"]}
+    page = html_report(replace(h200, run={**h200.run, "changes": changes}))
+    assert "<h2>Changed definitions (2)</h2>" in page
+    assert "9/10" in page and "not covered" in page and "g&lt;script&gt;" in page and "g<script>" not in page
+    assert "changed: 2 definitions between vllm==0.28.0 and vllm==0.33.0; fuzzed 1 (lines reached 90%)" in page
+    assert "Changed definitions" not in html_report(h200)  # copies only: nothing compared
