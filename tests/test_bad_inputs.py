@@ -425,6 +425,16 @@ CASES: dict[str, Case] = dict([
     ("sources-list-empty-folder", cmd("sources", "list", "--sources", "")),
     ("sources-list-a-file", cmd("sources", "list", "--sources", at("notes.txt"))),
     env("sources-list-env-missing", cmd("sources", "list"), SYNCFUZZ_SOURCES="/missing-syncfuzz-sources"),
+    # ----------------------------------------------------------------- coverage (docs/reach.md)
+    ("coverage-no-report", cmd("coverage")),
+    ("coverage-missing-report", cmd("coverage", at("missing.json"))),
+    ("coverage-not-a-report", cmd("coverage", write("other.json", {"format": "x"}))),
+    ("coverage-report-without-reach", cmd("coverage", at("report.json"))),
+    ("coverage-unknown-target", cmd("coverage", at("report.json"), "--target", "no-such-target")),
+    ("coverage-bad-device", cmd("coverage", at("report.json"), "--device", "tpu")),
+    ("run-require-changes-without-sources", run("--require-changes-covered")),
+    ("run-require-changes-no-coverage", run("--require-changes-covered", "--no-coverage", "--legacy", "vllm==0.27.1")),
+    ("run-sync-budget-unknown", run("--sync-budget", "sometimes")),
     # ----------------------------------------------------------------- new-target
     ("new-target-no-arguments", cmd("new-target")),
     ("new-target-no-upstream", cmd("new-target", "my-target", "--legacy-version", "0.29.0",
