@@ -44,6 +44,12 @@ class Measure:
         # No data file, no config file: what we measure must not depend on the user's .coveragerc, and
         # must not write .coverage files into their folder.
         self.coverage = coverage.Coverage(data_file=None, branch=True, include=files, config_file=False)
+        # The C tracer, also where coverage.py would pick sys.monitoring (3.14+): that core keeps no dynamic
+        # contexts ("context data may be incomplete"), and the contexts are the devices.
+        try:
+            self.coverage.set_option("run:core", "ctrace")
+        except coverage.CoverageException:  # before 7.9 there is no such setting, and ctrace is the default
+            pass
         # A device that ran no example of this item has no data: not a warning, the report says untested.
         self.coverage.set_option("run:disable_warnings", ["no-data-collected", "module-not-measured",
                                                              "already-imported"])
