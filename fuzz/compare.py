@@ -190,7 +190,8 @@ def same_exactly(legacy: Any, optimized: Any) -> bool:
 
 
 def judge(legacy: SideResult, optimized: SideResult, policy: Comparison, expected_syncs: int | None,
-          contract: str = "caller", known_equal: bool = False) -> tuple[Verdict, list[Mismatch]]:
+          contract: str = "caller", known_equal: bool = False, rule: str | None = None
+          ) -> tuple[Verdict, list[Mismatch]]:
     """The verdict for one example and the mismatches behind it.
 
     Syncs: under the caller contract the optimized side may make at most the
@@ -198,7 +199,9 @@ def judge(legacy: SideResult, optimized: SideResult, policy: Comparison, expecte
     the optimized code was never meant to take sync-free (device metadata, CPU
     coordinates), so there it only regresses when it syncs more than legacy.
     ``known_equal``: the values were already found ``same_exactly``, which
-    passes every policy, so they are not compared again.
+    passes every policy, so they are not compared again. ``rule``: which rule
+    set ``expected_syncs`` (fuzz/syncrule.py ``budget_note``), named in a sync
+    regression's detail.
     """
     if legacy.raised or optimized.raised:
         return _judge_exceptions(legacy, optimized)
@@ -211,7 +214,7 @@ def judge(legacy: SideResult, optimized: SideResult, policy: Comparison, expecte
     if allowed is not None and optimized.syncs is not None and optimized.syncs > allowed:
         detail = (
             f"optimized made {optimized.syncs} GPU<->CPU syncs per call, target allows {allowed} "
-            f"(legacy made {legacy.syncs})"
+            f"(legacy made {legacy.syncs}" + (f"; {rule})" if rule else ")")
         )
         return Verdict.SYNC_REGRESSION, [Mismatch("", "syncs", detail)]
     return Verdict.AGREE, []

@@ -87,37 +87,35 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     # A side rebuilt from a source takes its inputs in the form of the copy it was
     # rebuilt from (fuzz/sides.py): --optimized vllm==0.27.1 gets legacy's inputs.
     form = getattr(impl.module, FORM_ATTRIBUTE, side) if side in ("legacy", "optimized") else side
-    # --coverage (fuzz/reach.py) traces building the inputs too: an input model may call the side's own
-    # upstream code there (keep-on-cpu's field configs decide where each field lives).
-    measured = measuring(spec["device"], side)
-    measured.__enter__()
-    try:
-        thunk = target.input_model().materialize(spec, impl, form)
-    except Exception as exc:  # a strategy bug, not a verdict
-        measured.__exit__()
-        raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
     on_cuda = spec["device"].startswith("cuda")
-    # No synchronize before the call: both detectors count synchronizing
-    # *calls*, not waiting, so queued work from building the inputs cannot
-    # inflate the tally (the one after the call is for late CUDA errors).
     result = SideResult()
     error: Exception | None = None
     consumer = consumer_of(target)
-    # Under --stress the harness itself syncs (the side stream), so the sync
-    # oracle is off for that side: stress runs judge values only.
-    with counting_syncs(on_cuda and not stress) as tally:
+    # --coverage (fuzz/reach.py) traces building the inputs too: an input model may call the side's own
+    # upstream code there (keep-on-cpu's field configs decide where each field lives). Not the consumer's
+    # reads after the call: those are the harness'.
+    with measuring(spec["device"], side) as traced:
         try:
-            result.value = call_under_stress(thunk, on_cuda) if stress else thunk()
-        except Exception as exc:  # noqa: BLE001 -- exceptions are outputs: recorded and compared
-            result.raised, error = Raised.of(exc), exc
-        finally:
-            measured.__exit__()
-        if consumer is not None and error is None:
-            with consumer_reads():
-                try:
-                    consumer(spec, result.value)
-                except Exception:  # noqa: BLE001 -- a consumer cannot read a broken output; the
-                    pass  # other oracles judge the output itself, this one only counts syncs
+            thunk = target.input_model().materialize(spec, impl, form)
+        except Exception as exc:  # a strategy bug, not a verdict
+            raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
+        # No synchronize before the call: both detectors count synchronizing
+        # *calls*, not waiting, so queued work from building the inputs cannot
+        # inflate the tally (the one after the call is for late CUDA errors).
+        # Under --stress the harness itself syncs (the side stream), so the sync
+        # oracle is off for that side: stress runs judge values only.
+        with counting_syncs(on_cuda and not stress) as tally:
+            try:
+                result.value = call_under_stress(thunk, on_cuda) if stress else thunk()
+            except Exception as exc:  # noqa: BLE001 -- exceptions are outputs: recorded and compared
+                result.raised, error = Raised.of(exc), exc
+            traced.stop()
+            if consumer is not None and error is None:
+                with consumer_reads():
+                    try:
+                        consumer(spec, result.value)
+                    except Exception:  # noqa: BLE001 -- a consumer cannot read a broken output; the
+                        pass  # other oracles judge the output itself, this one only counts syncs
     if on_cuda:
         _raise_if_context_lost(side, error)
     if tally is not None:
@@ -166,11 +164,8 @@ def judge_under_rule(target: Target, spec: dict, legacy: SideResult, optimized: 
     on_cuda = spec["device"].startswith("cuda")
     budget = target.syncs_allowed(spec) if on_cuda else None
     verdict, mismatches = judge(legacy, optimized, target.comparison, budget if judges_budget(rule) else None,
-                                config.contract, known_equal=known_equal)
+                                config.contract, known_equal=known_equal, rule=budget_note(rule, target))
     over_budget = verdict is Verdict.SYNC_REGRESSION
-    if over_budget:
-        mismatches = [Mismatch(m.path, m.what, _with_note(m.detail, budget_note(rule, target)))
-                      for m in mismatches]
     relative = (judges_relative(rule) and on_cuda and verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION)
                 and legacy.ok and optimized.ok and legacy.syncs is not None and optimized.syncs is not None)
     if relative and optimized.syncs > legacy.syncs:
@@ -178,11 +173,6 @@ def judge_under_rule(target: Target, spec: dict, legacy: SideResult, optimized: 
         mismatches = [Mismatch("", "syncs", relative_detail(rule, target, legacy.syncs, optimized.syncs, budget,
                                                             config.sync_budget, over_budget))]
     return verdict, mismatches
-
-
-def _with_note(detail: str, note: str) -> str:
-    """``... (legacy made 2)`` -> ``... (legacy made 2; NOTE)``."""
-    return f"{detail[:-1]}; {note})" if detail.endswith(")") else f"{detail} ({note})"
 
 
 _ORACLE_OF = {Verdict.DIVERGENCE: "differential", Verdict.ERROR_MISMATCH: "differential",

@@ -1,21 +1,14 @@
-"""What each side actually ran: per target × device × side, the lines and branches of the definitions the
-target claims, and every definition entered (docs/reach.md).
+"""Measuring what each side actually ran: per target × device × side, the lines and branches of the
+definitions the target claims, and every function entered (docs/reach.md).
 
-A report's "agree" is evidence only for code that ran. While a target is fuzzed, coverage.py (its C tracer;
-``sys.monitoring`` where the Python and coverage.py offer it for branches) measures the files of the two
-sides' modules, one dynamic context per device. At the end of the target the data is cut into
-definitions (fuzz/codediff.py's, the same that "same code" and the change's coverage compare):
-
-* ``definitions``: the ones the target claims (``Target.upstream``, matched by qualname in the side's
-  module), each with its executable lines -- ADAPTED lines apart, they are the harness' -- the lines
-  reached, its branches (arcs) and those taken, the upstream line each line came from, and its digest;
-* ``executed``: every function of the side's module that ran at least one line: its digest, its number of
-  executable lines and the lines reached.
-
-This module holds the JSON model (no torch, no coverage.py: ``merge-reports`` and ``fuzz coverage`` read
-reports anywhere) and the measurement (``Measure``; coverage.py imported only when a run measures).
-Parts of one target's run add up (``add_reach``): reached lines and arcs are united, definitions must be
-the same code (same digest) in every part.
+A report's "agree" is evidence only for code that ran. While a target is fuzzed, coverage.py's C tracer
+(named: its sys.monitoring core keeps no per-device contexts) traces each side's work -- building its inputs
+and its call, on the schedule ``Measure.wants`` keeps -- in the files of the two sides' modules, one context
+per device. At the end of the target the data is cut into definitions (fuzz/codediff.py's, the same that
+"same code" and the change's coverage compare): the claimed ones (``side_code``: by qualname, or by
+provenance's mapping for a claim held under another name) and every function executed. The JSON model, and
+how parts add up, is fuzz/reachdata.py (no torch, no coverage.py: reports are read anywhere);
+coverage.py is imported only when a run measures.
 """
 
 from __future__ import annotations
@@ -312,19 +305,24 @@ _ACTIVE: list[Measure] = []  # the measure of the target this process is fuzzing
 
 
 class measuring:
-    """Around one side's upstream call (fuzz/execute.py): trace it if a target is being measured and the
-    call is one of those the schedule measures (``Measure.wants``)."""
+    """Around one side's work (fuzz/execute.py): trace it if a target is being measured and the call is one
+    of those the schedule measures (``Measure.wants``). ``stop()`` ends tracing early (before the harness'
+    own work that follows the call); leaving the block always ends it."""
 
     def __init__(self, device: str, side: str) -> None:
         self.device, self.side = device, side
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> measuring:
         if _ACTIVE and _ACTIVE[0].wants(self.device, self.side):
             _ACTIVE[0].on(self.device)
+        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         if _ACTIVE:
             _ACTIVE[0].off()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def measure_for(target: Any, config: Any) -> Measure:
@@ -339,20 +337,9 @@ def static_same_code(target: Any, config: Any) -> str | None:
     statically, fuzz/sidebuild.py ``reach``) the same code on both sides? Then the run compares a function
     with itself, and says so (``same_code``: which definitions, from where). None when they differ, or
     when a side cannot be read."""
-    from pathlib import Path
+    from fuzz.sidebuild import entry_digests
 
-    from fuzz.codediff import digests
-    from fuzz.sidebuild import reach
-
-    found: list[dict[str, str]] = []
-    for side in SIDES:
-        try:
-            impl = target.impl(side)
-            text = Path(impl.module.__file__).read_text(encoding="utf-8")
-        except Exception:  # noqa: BLE001 -- no file (a mutant built in memory): nothing to say
-            return None
-        qualname = impl.path.partition(":")[2]
-        found.append(digests(text, reach(text, qualname)))
+    found = [entry_digests(target.impl(side)) for side in SIDES]
     if found[0] and found[0] == found[1]:
         return (f"both sides run the same code: {len(found[0])} definitions reachable from "
                 f"{target.legacy.partition(':')[2]} are the same text on both sides (comments and "

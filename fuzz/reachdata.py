@@ -123,10 +123,6 @@ def add_reach(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, A
 
 # --------------------------------------------------------------------------- reading it
 
-def claimed_units(record: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    return dict(record.get("definitions", {}))
-
-
 def line_counts(record: Mapping[str, Any]) -> tuple[int, int]:
     """(reached, total) upstream lines (ADAPTED ones left out) of a side's claimed definitions."""
     reached = total = 0

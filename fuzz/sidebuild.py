@@ -473,3 +473,25 @@ def _defs(body: Iterable[ast.stmt], prefix: str) -> Iterable[tuple[ast.AST, str]
             yield node, prefix + node.name
             if isinstance(node, ast.ClassDef):
                 yield from _defs(node.body, prefix + node.name + ".")
+
+
+def entry_digests(impl: object) -> dict[str, str]:
+    """qualname -> digest (fuzz/codediff.py) of every definition a call of ``impl`` (a fuzz.targets.Impl) may
+    run: ``reach`` from the qualname its path names and from the one of the function that actually runs
+    (an inherited method's path names the subclass, its code is the base's). {} when the module's text
+    cannot be read (a mutant built in memory). What "the same code" means wherever two sides are compared
+    for it: same-code targets (fuzz/reach.py) and a sync budget's descent (fuzz/syncrule.py)."""
+    import inspect
+    from pathlib import Path
+
+    from fuzz.codediff import digests
+
+    module = impl.module  # type: ignore[attr-defined]
+    try:
+        file = getattr(module, "__file__", None)
+        text = Path(file).read_text(encoding="utf-8") if file and Path(file).is_file() else inspect.getsource(module)
+    except (OSError, TypeError):
+        return {}
+    entry = impl.path.partition(":")[2]  # type: ignore[attr-defined]
+    runs = getattr(inspect.unwrap(impl.function), "__qualname__", entry)  # type: ignore[attr-defined]
+    return digests(text, reach(text, entry) | reach(text, runs))

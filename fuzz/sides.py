@@ -26,8 +26,10 @@ import importlib.machinery
 import inspect
 import json
 import linecache
+import os
 import subprocess
 import sys
+import tempfile
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,9 +189,6 @@ SIDE_FILES_ENV = "SYNCFUZZ_SIDE_FILES"
 
 def side_files_folder() -> Path:
     """Where rebuilt modules are written: ``$SYNCFUZZ_SIDE_FILES``, else ``syncfuzz-sides`` in the temp folder."""
-    import os
-    import tempfile
-
     return Path(os.environ.get(SIDE_FILES_ENV) or Path(tempfile.gettempdir()) / "syncfuzz-sides")
 
 
@@ -197,8 +196,6 @@ def written_text(package: str, name: str, text: str) -> str:
     """The rebuilt module's text as a real file, named by its content, so that coverage.py (which skips
     ``<...>`` names), debuggers and ``fuzz coverage`` can read what ran (docs/reach.md). Every process of
     a run writes the same bytes to the same name; the rename makes it whole for a reader at any moment."""
-    import os
-
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     file = side_files_folder() / package.rpartition(".")[2] / f"{name.rpartition('.')[2]}-{digest}.py"
     if not file.is_file():

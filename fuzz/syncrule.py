@@ -23,20 +23,15 @@ it changes nothing (``budget``). Fewer syncs than legacy is never a failure.
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from pathlib import Path
 from typing import Any
 
-from fuzz.codediff import digests
 from fuzz.config import SYNC_BUDGET_MODES
-from fuzz.sidebuild import reach
-from fuzz.targets import FORM_ATTRIBUTE, Target
+from fuzz.sidebuild import entry_digests
+from fuzz.sides import COPY, PACKAGE
+from fuzz.targets import FORM_ATTRIBUTE, Target, resolve_impl
 
 BUDGET, RELATIVE, RELATIVE_BUDGET = "budget", "relative", "relative+budget"
 RULES = (BUDGET, RELATIVE, RELATIVE_BUDGET)
-COPY = "copy"  # fuzz.sides.COPY (not imported: this module needs no side machinery for copies)
-REBUILT = "syncfuzz_sides."  # the package of every rebuilt side (fuzz.sides.PACKAGE)
 
 
 def sync_rule(target: Target, config: Any) -> str:
@@ -71,43 +66,30 @@ def optimized_descends(target: Target, config: Any) -> bool:
     * The optimized side is the copy (``--optimized copy``): yes.
     * A side rebuilt from a source whose template is ``legacy/`` (a release older than the copy's): no;
       it is an old release's code, built on the legacy copy.
-    * A side rebuilt on ``optimized/``: yes only when every definition reachable from the target's entry
-      point in the rebuilt module (``fuzz.sidebuild.reach``; from the qualname the path names and, for an
-      inherited method, from the qualname of the function that runs) has the same code as the optimized
-      copy's definition of that qualname (``fuzz.codediff.digests``: comments, docstrings and layout
-      aside). A reachable definition the copy lacks, or one that differs, is code the budget was never
-      declared for. Nothing reachable found: not shown to descend, so no.
+    * A side rebuilt on ``optimized/``: yes only when the definitions reachable from the target's entry
+      point are the same code in the rebuilt module as in the optimized copy (``fuzz.sidebuild.
+      entry_digests``: the same qualnames, each the same digest, comments, docstrings and layout aside).
+      A reachable definition the copy lacks, or one that differs, is code the budget was never declared
+      for. Nothing reachable found: not shown to descend, so no.
 
-    The rebuilt module's text is its file (``module.__file__``, written by fuzz.sides), else
-    ``inspect.getsource``; the copy's is its file. Decided once per (target name, sides) per process.
+    Decided once per (target name, sides) per process.
     """
     key = (target.name, config.legacy, config.optimized, tuple(config.sources))
     if key in _DESCENDS:
         return _DESCENDS[key]
     impl = target.impl("optimized")
     module = impl.module
-    if config.optimized == COPY or not module.__name__.startswith(REBUILT):  # the copy itself, not rebuilt
+    if config.optimized == COPY or not module.__name__.startswith(PACKAGE + "."):  # the copy itself, not rebuilt
         _DESCENDS[key] = True
         return True
     if getattr(module, FORM_ATTRIBUTE, None) != "optimized":  # rebuilt on legacy/: an older release's code
         _DESCENDS[key] = False
         return False
-    text = _module_text(module)
-    copy_text = _module_text(importlib.import_module(f"optimized.{module.__name__.rpartition('.')[2]}"))
-    entry = impl.path.partition(":")[2]
-    runs = getattr(inspect.unwrap(impl.function), "__qualname__", entry)
-    reachable = reach(text, entry) | reach(text, runs)
-    built = digests(text, reachable)
-    descends = bool(built) and built == digests(copy_text, reachable)
+    copy = resolve_impl(f"optimized.{module.__name__.rpartition('.')[2]}:{impl.path.partition(':')[2]}")
+    built = entry_digests(impl)
+    descends = bool(built) and built == entry_digests(copy)
     _DESCENDS[key] = descends
     return descends
-
-
-def _module_text(module: Any) -> str:
-    file = getattr(module, "__file__", None)
-    if file and Path(file).is_file():
-        return Path(file).read_text(encoding="utf-8")
-    return inspect.getsource(module)
 
 
 def budget_note(rule: str, target: Target) -> str:
