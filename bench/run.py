@@ -316,11 +316,14 @@ def part_s(targets: list[Target], devices: list[str], examples: int, rows: list[
                   f" fuzz/round at most {row['bound']:4.2f}", flush=True)
 
 
-def part_b(limit: int) -> list[dict]:
+def part_b(limit: int, names: list[str] | None = None) -> list[dict]:
+    """``names``: only the planted bugs of those targets (``--target``; all if none)."""
     import tests.planted as planted
 
     rows = []
     for plant in planted.BUGS:
+        if names and plant.base_target not in names:
+            continue
         detections = []
         for seed in range(5):
             outcome = fuzz_target(plant.target(), RunConfig(devices=("cpu",), seed=seed, max_examples=limit))
@@ -415,7 +418,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=_at_least_one, default=200)
     parser.add_argument("--device", action="append", choices=("cpu", "cuda"))
-    parser.add_argument("--target", action="append", default=[])
+    parser.add_argument("--target", action="append", default=[],
+                        help="only these targets (part b: only their planted bugs); repeatable")
     parser.add_argument("--repeats", type=_at_least_one, default=3,
                         help="alternating bare/fuzzer runs per target (part a)")
     parser.add_argument("--workers", default="1,2", type=_worker_counts,
@@ -445,7 +449,7 @@ def main() -> None:
         part_s(lookup(args.target), devices, args.examples, result.setdefault("s", []), save)
     if "b" in args.parts:
         print("== b: examples to detection of the planted bugs (5 seeds, CPU)")
-        result["b"] = part_b(200)
+        result["b"] = part_b(200, args.target)
         save()
     if "c" in args.parts:
         for device in devices:

@@ -13,11 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import sys
-import time
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
@@ -25,11 +22,22 @@ from typing import Sequence
 from fuzz import journals
 from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError, UsageError
-from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Interrupted, Report, TargetEntry
+from fuzz.limits import (  # noqa: F401 -- the run limits, also read from here by tests and bench
+    CONFIRM_SHARE,
+    MEMORY_PER_WORKER_MIB,
+    MIN_EXAMPLE_TIMEOUT,
+    MIN_SECONDS_PER_ITEM,
+    WORKER_START_SECONDS,
+    XDIST_START_SECONDS,
+    XDIST_WORKER_START_SECONDS,
+    check_budget,
+    check_workers,
+    min_budget,
+)
+from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from fuzz.packs import add_parser as add_sources_parser
 from fuzz.packs import cmd_sources
 from fuzz.preflight import (
-    check_corpus,
     check_environment,
     check_no_collisions,
     check_output,
@@ -43,6 +51,7 @@ from fuzz.reach_cmd import cmd_coverage
 from fuzz.report import closing_line
 from fuzz.scaffold import add_parser as add_new_target_parser
 from fuzz.scaffold import cmd_new_target
+from fuzz.session import markdown_images, write_outputs
 from fuzz.targets import CONTRACTS
 from fuzz.trend import add_parser as add_trend_parser
 from fuzz.trend import cmd_trend
@@ -52,8 +61,6 @@ EXIT_CODES_HELP = ("exit codes: 0 no failure, 1 a failing verdict (or a replayed
                    "3 incomplete: no failure found, but some target x device ran no example")
 DEFAULT_MAX_EXAMPLES = 200
 DEFAULT_CORPUS = "fuzz-corpus"
-# When this invocation started (UTC): a report's run.started, which `fuzz trend` orders nights by.
-_STARTED = [datetime.now(timezone.utc).isoformat(timespec="seconds")]  # reset as each run starts (cmd_run)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -160,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "never a live run's")
     run.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                      help="pytest-xdist workers (one GPU each, round-robin); 1 runs here")
+    run.add_argument("--gpu-share", choices=("auto", "mps", "off"), default="auto",
+                     help="workers sharing a GPU: auto (default) = through CUDA MPS when two or more workers land "
+                          "on one GPU (a private MPS daemon, stopped at the end; one already running is used); "
+                          "mps = always; off = time-sliced CUDA contexts (docs/gpu-sharing.md)")
     run.add_argument("--pieces", type=_positive_int, default=1, metavar="K",
                      help="split each target's examples into K seeded items (for workers and shards)")
     run.add_argument("--shard", metavar="I/N", help="run only shard I of N of the items (hosts split a run)")
@@ -278,6 +289,8 @@ def _validate_run(args: argparse.Namespace) -> None:
     if args.require_changes_covered and args.legacy == "copy" and args.optimized == "copy":
         raise UsageError("--require-changes-covered compares two sources' definitions; give --legacy and/or "
                          "--optimized a release (vllm==X.Y.Z) or a path, or drop the flag")
+    if not args.corpus.strip():  # Path("") is the current folder: the run would litter it
+        raise UsageError("--corpus is empty; give a folder path (default ./fuzz-corpus), or drop the flag")
     if args.max_restarts < 0:
         raise UsageError(f"--max-restarts {args.max_restarts} must be 0 or more")
     if args.confirm < 0:
@@ -287,7 +300,7 @@ def _validate_run(args: argparse.Namespace) -> None:
     if args.example_timeout < MIN_EXAMPLE_TIMEOUT:
         raise UsageError(f"--example-timeout {args.example_timeout:g} s is shorter than one example can take (the "
                          f"first CUDA call loads kernels); use {MIN_EXAMPLE_TIMEOUT:g} or more")
-    _check_workers(args.workers)
+    check_workers(args.workers)
 
 
 def _check_run_collisions(args: argparse.Namespace, outputs: dict[str, Path]) -> None:
@@ -306,119 +319,6 @@ def _check_run_collisions(args: argparse.Namespace, outputs: dict[str, Path]) ->
                         inputs, corpus)
 
 
-# Resident memory of one --workers worker: its pytest-xdist process and the isolated fuzz
-# process it runs the items in. Peak RSS measured in `fuzz run --device cpu --workers 2
-# --budget 60` (2-core host, 2026-12-01): xdist workers 235 MiB each, their fuzz processes
-# 349 and 399 MiB. A CUDA worker's context adds to this; on the H200 hosts memory is not the cap.
-MEMORY_PER_WORKER_MIB = 640
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (a pinned or containerised run sees its own share)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def available_memory_mib() -> int | None:
-    """MemAvailable of /proc/meminfo in MiB; None where it cannot be read (not Linux): no memory cap."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _check_workers(workers: int) -> None:
-    """--workers N within what the host can run: N <= its cores, since the examples are CPU-bound
-    (more workers only share the cores and each pays its start-up), and N x a worker's measured
-    memory <= the memory available. One worker runs in this process and is always allowed."""
-    if workers <= 1:
-        return
-    cores, memory = usable_cores(), available_memory_mib()
-    by_memory = None if memory is None else max(memory // MEMORY_PER_WORKER_MIB, 1)
-    if by_memory is not None and by_memory < min(workers, cores):
-        raise UsageError(f"--workers {workers}: this host has {memory} MiB of memory available and a worker takes "
-                         f"about {MEMORY_PER_WORKER_MIB} MiB, so at most {by_memory} fit; use --workers {by_memory} "
-                         "or fewer")
-    if workers > cores:
-        raise UsageError(f"--workers {workers} is more than the {cores} CPU core(s) this process may use; the "
-                         f"examples are CPU-bound, so extra workers only share the cores; use --workers {cores} "
-                         "or fewer")
-
-
-# A watchdog shorter than this would call ordinary examples hangs.
-MIN_EXAMPLE_TIMEOUT = 1.0
-
-# Under --budget with --confirm, the share of the budget kept for the replays
-# that confirm each failure (fresh processes, a few seconds each).
-CONFIRM_SHARE = 0.1
-
-# Below this share an item cannot be expected to run an example: its target's Hypothesis set-up and
-# first example come first (measured in a warm process on the 2-core host: 0.003-0.19 s per target).
-MIN_SECONDS_PER_ITEM = 0.5
-
-# Start-up paid inside the first item's share on each worker, so a budget that leaves less leaves
-# that item untested (exit 3). Measured on the 2-core host, 2026-12-01, 3 trials each:
-# an isolated fuzz worker (torch and fuzz imports, its first target's first example) 1.8-2.1 s;
-# `--workers 2`: the pytest controller and each xdist worker up to its first item 1.85-2.33 s, then
-# that worker's fuzz process 1.8-2.1 s. A --budget 30 run of the 22 targets (1.23 s a share) left
-# glm4v-embeddings untested. --in-process pays neither: torch is imported before the fuzzing starts.
-# 2.0 s (the isolated maximum) was not enough under --workers 2, where two fuzz processes start at once
-# on the 2 cores: --budget 34 left keye-encoder-rope 0.45 s after start-up, and no example. 2.5 s is
-# that case with room: --budget 74 (one worker) then tested all 22 targets. Under --workers 2 the
-# first item on each worker still had only 0.4-0.7 s after its start-up at --budget 40 (load ~1.8 from
-# other jobs) and ran no example: there a worker's start and first example are taken as 4.0 s.
-WORKER_START_SECONDS = 2.5
-XDIST_START_SECONDS = 2.5
-XDIST_WORKER_START_SECONDS = 4.0
-
-
-def _fuzz_seconds(budget: float, confirm: int) -> float:
-    """The part of --budget the fuzzing gets: with --confirm, the replays keep CONFIRM_SHARE."""
-    return budget * (1 - CONFIRM_SHARE) if confirm else budget
-
-
-def _start_seconds(workers: int, isolated: bool) -> tuple[float, float]:
-    """(before the first items start, inside each worker's first item): the start-up a run pays."""
-    if workers > 1:
-        return XDIST_START_SECONDS, XDIST_WORKER_START_SECONDS
-    return 0.0, WORKER_START_SECONDS if isolated else 0.0
-
-
-def min_budget(items: int, workers: int, confirm: int, isolated: bool = True) -> int:
-    """The smallest whole --budget whose shares let every worker's first item run an example.
-
-    Shares are packed (fuzz.budget): ``ceil(items / workers)`` rounds of equal shares out of the
-    fuzzing seconds left once the workers are up, and the first item on each worker also pays its
-    fuzz process' start-up. A constant per start and per item, not a live measurement: the same
-    command is refused or accepted on every machine, however loaded."""
-    return math.ceil(_min_budget_seconds(items, workers, confirm, isolated) - 1e-9)
-
-
-def _min_budget_seconds(items: int, workers: int, confirm: int, isolated: bool) -> float:
-    before, inside = _start_seconds(workers, isolated)
-    fuzzing = before + math.ceil(items / workers) * (inside + MIN_SECONDS_PER_ITEM)
-    return fuzzing / (1 - CONFIRM_SHARE) if confirm else fuzzing
-
-
-def _check_budget(budget: float | None, items: int, workers: int, confirm: int, isolated: bool = True) -> None:
-    if budget is None or not items:
-        return
-    if budget < _min_budget_seconds(items, workers, confirm, isolated) - 1e-9:
-        needed = min_budget(items, workers, confirm, isolated)
-        before, inside = _start_seconds(workers, isolated)
-        share = _fuzz_seconds(budget, confirm) / math.ceil(items / workers)
-        start = (f", of which the first item on each worker spends {before + inside:g} s starting it (torch import, "
-                 "first example)" if inside else "")
-        raise UsageError(f"--budget {budget:g} s gives each of the {items} items {share:.2f} s with {workers} "
-                         f"worker(s){start}, too little to run an example; use --budget {needed} or more, or fewer "
-                         "--target/--pieces")
-
-
 def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) -> RunConfig:
     """The run as the command line asked for it (profile applied). The corpus is made
     absolute: xdist workers run in their journal folder, and a relative corpus would
@@ -432,90 +332,33 @@ def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) ->
         corpus=str(Path(args.corpus).resolve()), stress=args.stress, upstream=args.upstream, confirm=args.confirm,
         isolated=not args.in_process, example_timeout=args.example_timeout, max_restarts=args.max_restarts,
         workers=args.workers, pieces=args.pieces, shard=args.shard, profile=args.profile,
-        legacy=args.legacy, optimized=args.optimized, sources=tuple(args.sources), sync_budget=args.sync_budget)
-
-
-@dataclass
-class _RunState:
-    """What a run has so far: an interrupt in any phase reports from it (fuzz/interrupts.py)."""
-
-    outputs: dict[str, Path]
-    fallback: Path | None
-    config: RunConfig | None = None
-    known: list[dict] = field(default_factory=list)
-    entries: list[TargetEntry] = field(default_factory=list)  # finished: fuzzed items, cannot-build targets
+        legacy=args.legacy, optimized=args.optimized, sources=tuple(args.sources), sync_budget=args.sync_budget,
+        gpu_share=args.gpu_share)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fuzz.interrupts import guard_signals, interrupted_by
+    """``fuzz run``: the arguments checked and turned into a RunConfig, then fuzz.session.run."""
+    from fuzz.devices import resolve_devices
+    from fuzz.plan import parse_shard
+    from fuzz.session import run
+    from fuzz.targets import lookup
 
-    _STARTED[0] = datetime.now(timezone.utc).isoformat(timespec="seconds")  # this run's, not the process's
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")  # this run's, not the process's
     _apply_profile(args)
     _validate_run(args)
     outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit, "html": args.html})
     _check_run_collisions(args, outputs)
-    state = _RunState(outputs, fallback=Path(args.corpus) / "reports" if args.corpus.strip() else None)
-    # From here on, SIGTERM/SIGINT in any phase still writes the report of what finished.
-    with guard_signals():
-        try:
-            return _run(args, state)
-        except Interrupted as stop:
-            return _finish_interrupted(stop, state)
-        except KeyboardInterrupt:  # between the phases' own handlers: report what the state holds
-            return _finish_interrupted(Interrupted(state.entries, interrupted_by()), state)
-
-
-def _run(args: argparse.Namespace, state: _RunState) -> int:
-    """set-up, fuzzing, confirmation, writing (fuzz/interrupts.py names the phases)."""
-    from fuzz.devices import resolve_devices
-    from fuzz.interrupts import enter
-    from fuzz.plan import parse_shard, plan
-    from fuzz.targets import lookup
-    from fuzz.triage import load_known_issues
-
-    enter("set-up")
+    # What the arguments name, each one line and exit 2 when wrong (a signal meanwhile is held, and the
+    # session's first phase acts on it: fuzz/interrupts.py hold_early_signals).
     _resolve_sides(args)
-    targets = lookup(args.target)
+    lookup(args.target)
     devices = resolve_devices(args.device)
-    shard = parse_shard(args.shard)
-    state.known = load_known_issues(Path(args.known_issues), known_targets()) if args.known_issues else []
+    parse_shard(args.shard)
     seed = args.seed if args.seed is not None else random.randrange(2**32)
-    config = run_config(args, devices, seed)
-    state.config = config
-    unbuilt = _unbuildable(targets, config, quiet=args.quiet)
-    buildable = [t for t in targets if t.name not in {e.name for e in unbuilt}]
-    items = plan(buildable, seed=seed, pieces=args.pieces, max_examples=args.max_examples, shard=shard)
-    if not items and not unbuilt:
-        planned = len(targets) * args.pieces
-        raise UsageError(f"--shard {args.shard} leaves no item: the run plans {planned} (targets x --pieces); "
-                         f"use a shard count of at most {planned}, or more --pieces")
-    _check_budget(args.budget, len(items), args.workers, args.confirm, isolated=not args.in_process)
-    corpus = check_corpus(args.corpus)
-    state.entries = list(unbuilt)
-    if "cuda" not in devices:
-        print("[fuzz] sync counting skipped: no CUDA device in this run (syncs are a GPU-only oracle)", file=sys.stderr)
-
-    started = time.monotonic()
-    # Confirmation replays fit inside --budget: the fuzzing gets the rest.
-    seconds = None if args.budget is None else _fuzz_seconds(args.budget, args.confirm)
-    order = [t.name for t in targets]
-
-    def in_order(found: list[TargetEntry]) -> list[TargetEntry]:
-        return sorted([*found, *unbuilt], key=lambda e: order.index(e.name) if e.name in order else len(order))
-
-    enter("fuzzing")
-    try:
-        entries = _fuzz(args, buildable, items, config, corpus, seconds) if items else []
-    except Interrupted as stop:
-        raise Interrupted(in_order(stop.entries), stop.signal_name) from None
-    state.entries = in_order(entries)
-    if not args.quiet:
-        from fuzz.orchestrate import announce_entry
-
-        for entry in entries:  # per target, all its items together
-            announce_entry(entry)
-    until = None if args.budget is None else started + args.budget
-    return _finish(state, until)
+    result = run(run_config(args, devices, seed), outputs=outputs, known_issues=args.known_issues or None,
+                 fallback=Path(args.corpus) / "reports" if args.corpus.strip() else None,
+                 keep_journals=args.keep_journals, quiet=args.quiet, say=print, started=started)
+    return result.exit_code
 
 
 def _resolve_sides(args: argparse.Namespace) -> None:
@@ -531,217 +374,8 @@ def _resolve_sides(args: argparse.Namespace) -> None:
     args.optimized = check_side(args.optimized, "--optimized", args.sources)
 
 
-def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEntry]:
-    """The targets a side's source cannot be built into: entries saying why; the rest run."""
-    if config.legacy == "copy" and config.optimized == "copy":
-        return []
-    from fuzz.devices import devices_for
-    from fuzz.sides import CannotBuild, bind_sides, identity
-
-    for role in ("legacy", "optimized"):
-        found = identity(getattr(config, role), config.sources)
-        detail = ", ".join(f"{k} {v}" for k, v in found.items() if k not in ("side", "kind", "files") and v)
-        print(f"[fuzz] {role}: {getattr(config, role)} ({detail})", file=sys.stderr)
-    out = []
-    for target in targets:
-        try:
-            bind_sides(target, config)
-        except CannotBuild as exc:
-            out.append(TargetEntry(name=target.name, upstream=tuple(target.upstream),
-                                   devices=devices_for(target.devices, config.devices),
-                                   expected_optimized_syncs=target.expected_optimized_syncs, cannot_build=str(exc)))
-            if not quiet:
-                print(f"[fuzz] {target.name}: cannot-build ({exc})", file=sys.stderr)
-    return out
-
-
-def _fuzz(args: argparse.Namespace, targets: list, items: list, config: RunConfig, corpus: Path,
-          seconds: float | None) -> list[TargetEntry]:
-    """The fuzzing phase: items in pytest-xdist workers, or one after another here."""
-    journals.prune_journals(corpus / "journal", args.keep_journals)  # every check passed: the run starts now
-    if args.workers > 1:
-        from fuzz.workers import run_with_xdist
-
-        return run_with_xdist(items, config, seconds, journals.journal_folder(corpus), show_items=not args.quiet)
-    from fuzz.config import Hooks
-    from fuzz.isolation import Isolation
-    from fuzz.orchestrate import fuzz_all
-    from fuzz.report import item_line, progress_line, show_worker_line
-
-    live = sys.stderr.isatty()
-    hooks = Hooks()
-    if not args.quiet:
-        hooks = Hooks(progress=(lambda outcome: show_worker_line(progress_line(outcome), sys.stderr, live)),
-                      item_done=lambda item, entry: show_worker_line(item_line(item.key, entry), sys.stderr, live))
-    isolation = Isolation(workdir=journals.journal_folder(corpus), progress=not args.quiet) if config.isolated else None
-    return fuzz_all(targets, config, hooks, isolation, items, seconds=seconds)
-
-
-def _print_summary(report: Report) -> None:
-    """The table and each failure's lines, as every run ends."""
-    from fuzz.report import failure_lines, report_notes, summary_table
-
-    print(summary_table(report.targets))
-    for line in [*report_notes(report), *failure_lines(report.targets)]:
-        print(line)
-
-
-def _finish_interrupted(stop: Interrupted, state: _RunState) -> int:
-    """The report of what finished when a signal stopped the run: the items
-    done, the failures confirmed so far (the rest labelled unconfirmed), known
-    issues applied as in a whole run."""
-    from fuzz.interrupts import current_phase, deferred
-    from fuzz.triage import label_unconfirmed, mark_known
-
-    with deferred():  # a second signal must not cut this report short
-        config = state.config
-        entries = list(stop.entries)
-        if config is not None and config.confirm:
-            entries = label_unconfirmed(entries, f"the run was interrupted ({stop.signal_name}) before its replays")
-        if config is not None:
-            entries = mark_known(entries, state.known, config.contract)
-        run = _run_info(config, entries) if config is not None else {}
-        report = Report(tuple(entries), run={**run, "interrupted_in": current_phase()},
-                        versions=_versions(config) if config is not None else {}, interrupted=stop.signal_name)
-        _print_summary(report)
-        print(f"interrupted by {stop.signal_name} in {current_phase()}: the report holds the "
-              f"{len(report.targets)} target(s) whose items finished; saved failures and the example database "
-              "are kept", file=sys.stderr)
-        _write_outputs(report, state.outputs, state.fallback)
-        print(closing_line(report))
-        return report.exit_code()
-
-
-def _finish(state: _RunState, confirm_until: float | None = None) -> int:
-    """Confirm and triage failures, print the summary, write every output."""
-    from fuzz.interrupts import enter
-    from fuzz.triage import confirm, mark_known
-
-    config = state.config
-    assert config is not None
-    enter("confirmation")
-    state.entries = confirm(state.entries, config.confirm, confirm_until)
-    entries = mark_known(state.entries, state.known, config.contract)
-    report = Report(tuple(entries), run=_run_info(config, entries), versions=_versions(config))
-    _print_summary(report)
-    unconfirmed = [f for _, f in report.new_failures() if f.unconfirmed]
-    if config.confirm and unconfirmed:
-        print(f"note: {len(unconfirmed)} failure(s) not confirmed by fresh replays: {unconfirmed[0].unconfirmed} "
-              "(replay them with python -m fuzz replay)")
-    print(f"seed {config.seed}, contract {config.contract}, devices {','.join(config.devices)}"
-          + (f"; rerun with --seed {config.seed} to repeat" if report.exit_code() == EXIT_FAILURE else ""))
-    report, where_asked = _write_all(report, state)
-    print(closing_line(report))
-    exit_code = report.exit_code()
-    if not where_asked:
-        return exit_code if exit_code != EXIT_OK else EXIT_USAGE  # clean, but not where it was asked for
-    return exit_code
-
-
-def _write_all(report: Report, state: _RunState) -> tuple[Report, bool]:
-    """Every output written whole: a signal meanwhile waits until the files are
-    written, then they are written again saying the run was interrupted (its
-    exit code is the signal's, and the report's must be the same)."""
-    from fuzz.interrupts import deferred, enter, received
-
-    with deferred():
-        enter("writing")
-        where_asked = _write_outputs(report, state.outputs, state.fallback)
-        signal_name = received()
-        if signal_name:
-            report = replace(report, interrupted=signal_name, run={**report.run, "interrupted_in": "writing"})
-            print(f"interrupted by {signal_name} while writing: every item and replay had finished; the outputs "
-                  "say so", file=sys.stderr)
-            where_asked = _write_outputs(report, state.outputs, state.fallback, say=False) and where_asked
-    return report, where_asked
-
-
-def _run_info(config: RunConfig, entries: Sequence[TargetEntry] = ()) -> dict:
-    """The report's ``run``: the settings, each side's identity, the scope merge-reports checks and, with a
-    side from a source, the change's coverage (fuzz/changes.py). The run id comes from ``config`` (made
-    once per invocation), so every report of it says the same."""
-    from fuzz.changes import change_coverage
-    from fuzz.plan import parse_shard
-    from fuzz.scope import run_scope
-    from fuzz.sides import side_identities
-    from fuzz.targets import all_targets
-
-    sides = side_identities(config)
-    info = {**config.to_json(), "sides": sides, "scope": run_scope(config, sides, parse_shard(config.shard)),
-            "started": _STARTED[0]}
-    changes = change_coverage(config, entries, all_targets(config.target_modules))
-    if changes is not None:
-        info["changes"] = changes
-    return info
-
-
-def _versions(config: RunConfig) -> dict:
-    """versions(), with each role labelled by the side it ran (not the copy's origin)."""
-    from fuzz.sides import side_labels
-    from fuzz.versions import versions
-
-    return {**versions(), **side_labels(config)}
-
-
-def _write_outputs(report: Report, outputs: dict[str, Path], fallback: Path | None = None, say: bool = True) -> bool:
-    """Write each output asked for; False if one had to go to a fallback path (said on stderr)."""
-    from fuzz.formats import junit_xml
-    from fuzz.html import html_report
-    from fuzz.outputs import write_json, write_text
-    from fuzz.preflight import write_or_fall_back
-
-    writers = {"report": lambda p: write_json(p, report.to_json()),
-               "markdown": lambda p: write_markdown(report, p),
-               "junit": lambda p: write_text(p, junit_xml(report)),
-               "html": lambda p: write_text(p, html_report(report))}
-    where_asked = True
-    for name, path in outputs.items():
-        written = write_or_fall_back(path, writers[name], fallback)
-        if written != path:
-            where_asked = False
-            print(f"fuzz: error: could not write {name} {str(path)!r}; it was saved to {str(written)!r} instead",
-                  file=sys.stderr)
-        if say:
-            print(f"{name}: {written}")
-    return where_asked
-
-
 HTML_HELP = ("write the report as one self-contained HTML page here (summary, charts, failures, run; inline CSS "
              "and SVG, opens offline)")
-
-
-def markdown_images(outputs: dict[str, Path]) -> dict[str, Path]:
-    """{label: path} of the PNG charts written beside --markdown FILE (FILE-syncs.png, ...), each checked
-    like an output (writable, replacing only a PNG); none without --markdown or without matplotlib."""
-    from fuzz.charts import have_matplotlib
-    from fuzz.charts import markdown_images as beside
-
-    if "markdown" not in outputs or not have_matplotlib():
-        return {}
-    images = {f"--markdown's {key} chart": path for key, path in beside(outputs["markdown"]).items()}
-    for label, path in images.items():
-        check_output(label, str(path))
-        check_overwrite(label, path, "png")
-    return images
-
-
-def write_markdown(report: Report, path: Path) -> None:
-    """The Markdown summary, and (matplotlib installed) its charts as PNGs beside it, linked by file name."""
-    from fuzz.charts import have_matplotlib, report_charts
-    from fuzz.charts import markdown_images as beside
-    from fuzz.formats import markdown
-    from fuzz.outputs import write_bytes, write_text
-
-    images, notes = {}, []
-    if have_matplotlib():
-        paths = beside(path)
-        for chart in report_charts(report, "png"):
-            if chart.image is None:
-                notes.append(f"{chart.title}: {chart.note}")
-                continue
-            write_bytes(paths[chart.key], chart.image)
-            images[chart.title] = paths[chart.key].name
-    write_text(path, markdown(report, images, notes))
 
 
 def _to_kill(examples: dict | None) -> str:
@@ -803,7 +437,7 @@ def cmd_merge_reports(args: argparse.Namespace) -> int:
     note = incomplete_note(merged)
     if note:
         print(note, file=sys.stderr)
-    where_asked = _write_outputs(merged, outputs)
+    where_asked = write_outputs(merged, outputs)
     print(closing_line(merged))
     if not where_asked:
         return merged.exit_code() if merged.exit_code() != EXIT_OK else EXIT_USAGE

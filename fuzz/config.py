@@ -26,6 +26,7 @@ from fuzz.errors import UsageError
 from fuzz.targets import CONTRACTS
 
 SYNC_BUDGET_MODES = ("auto", "apply", "ignore")  # RunConfig.sync_budget, --sync-budget (fuzz/syncrule.py)
+GPU_SHARE_MODES = ("auto", "mps", "off")  # RunConfig.gpu_share, --gpu-share (fuzz/gpushare.py)
 
 
 class ConfigError(UsageError):
@@ -65,6 +66,10 @@ class RunConfig:
     # (fuzz/syncrule.py): "auto" (only to code that descends from the budget's release), "apply", "ignore".
     # Copy-vs-copy runs are judged by the budget whatever it says.
     sync_budget: str = "auto"
+    # How workers that share a GPU share it (fuzz/gpushare.py, docs/gpu-sharing.md): "auto" (CUDA MPS when two
+    # or more workers land on one GPU), "mps", "off" (time-sliced contexts). The mode the run got is in the
+    # report's run.machine.gpu_share.
+    gpu_share: str = "auto"
     # Which invocation this is, not a setting: made once when the command line's config is built, carried
     # whole like the rest, and recorded in the report's scope so merge-reports can tell the same report
     # given twice from two runs of one shard (fuzz/scope.py). Not compared: it changes no example.
@@ -100,6 +105,8 @@ class RunConfig:
         if self.sync_budget not in SYNC_BUDGET_MODES:
             raise ConfigError(f"{where}: sync_budget {self.sync_budget!r} is not one of "
                               f"{', '.join(SYNC_BUDGET_MODES)}")
+        if self.gpu_share not in GPU_SHARE_MODES:
+            raise ConfigError(f"{where}: gpu_share {self.gpu_share!r} is not one of {', '.join(GPU_SHARE_MODES)}")
 
 
 def _plain(value: Any) -> Any:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 from xml.etree import ElementTree as ET
 
+from fuzz.machine import gpu_clauses, report_machines, sharing_clause
 from fuzz.model import Failure, Report
 from fuzz.reachdata import merged_changes
 from fuzz.report import consumer_column, reach_column, report_notes, rows, sync_column
@@ -25,6 +27,47 @@ def _failure_label(failure: Failure) -> str:
     if failure.unconfirmed:
         label += f" (not confirmed: {failure.unconfirmed})"
     return label
+
+
+def _number(value: Any, unit: str = "") -> str:
+    return "-" if value is None else f"{value:,.0f}{unit}"
+
+
+def _machine_markdown(machine: Mapping[str, Any]) -> list[str]:
+    """One machine's use: examples per device, each GPU's readings, how the GPU was shared."""
+    examples, rates = machine.get("examples") or {}, machine.get("examples_per_s") or {}
+    seconds = machine.get("seconds")
+    lines = [f"fuzzing phase: {seconds:,.0f} s" if seconds else "fuzzing phase: duration not recorded", "",
+             "| device | examples | examples/s |", "|---|---|---|"]
+    lines += [f"| {device} | {n:,} | {rates[device]:,.1f} |" if device in rates else f"| {device} | {n:,} | - |"
+              for device, n in examples.items()]
+    gpu = machine.get("gpu") or {}
+    if gpu.get("gpus"):
+        lines += ["", "| GPU | name | busy mean | busy max | memory max (MiB) | memory total (MiB) |",
+                  "|---|---|---|---|---|---|"]
+        for card in gpu["gpus"]:
+            busy, memory = card.get("busy_pct") or {}, card.get("memory_used_mib") or {}
+            lines.append(f"| {card.get('index')} | {card.get('name')} | {_number(busy.get('mean'), '%')} | "
+                         f"{_number(busy.get('max'), '%')} | {_number(memory.get('max'))} | "
+                         f"{_number(card.get('memory_total_mib'))} |")
+        lines += ["", f"sampled {gpu.get('samples')} times, every {gpu.get('every_s')} s"]
+    elif gpu:
+        lines += [""] + gpu_clauses(gpu)
+    sharing = sharing_clause(machine.get("gpu_share") or {})
+    return lines + (["", sharing] if sharing else [])
+
+
+def _machine_section(run: Mapping[str, Any]) -> list[str]:
+    """``### Machine`` (or one ``#### input`` per input of a merged report); nothing for reports from before."""
+    machines = report_machines(run)
+    if not machines:
+        return []
+    if "machines" not in run:
+        return ["", "### Machine", ""] + _machine_markdown(machines[0])
+    lines = ["", "### Machines", ""]
+    for machine in machines:
+        lines += [f"#### {machine.get('name') or '?'}", ""] + _machine_markdown(machine) + [""]
+    return lines[:-1]
 
 
 def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Sequence[str] = ()) -> str:
@@ -60,6 +103,7 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
     notes_ = report_notes(report)
     if notes_:
         lines += [""] + [f"- {note}" for note in notes_]
+    lines += _machine_section(report.run)
     changes = merged_changes(report)
     if changes and changes.get("changed"):
         lines += ["", "## Changed definitions", "", "| definition | change | targets that ran it | lines reached |",

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzz.charts import report_charts, svg_for_html
+from fuzz.machine import machine_lines, report_machines
 from fuzz.model import Failure, Report, TargetEntry
 from fuzz.reachdata import merged_changes
 from fuzz.report import SUMMARY_HEADER, closing_line, failure_lines, report_notes, summary_rows
@@ -188,6 +189,32 @@ def _failure(entry: TargetEntry, failure: Failure, index: int) -> str:
     return "\n".join(out)
 
 
+def _number(value: Any, unit: str = "") -> str:
+    return "-" if value is None else f"{value:,.0f}{unit}"
+
+
+def _machine_use(report: Report) -> str:
+    """The machine's use during the run (fuzz/machine.py): its line, examples/s per device, each sampled
+    GPU; one block per input of a merged report; nothing for reports from before."""
+    out = []
+    for machine in report_machines(report.run):
+        out.append(f"<h3>Use during the run{' (' + _e(machine['name']) + ')' if machine.get('name') else ''}</h3>")
+        out += [f'<p class="machine-use">{_e(line)}</p>' for line in machine_lines(machine)]
+        examples, rates = machine.get("examples") or {}, machine.get("examples_per_s") or {}
+        if examples:
+            out.append(_table(("device", "examples", "examples/s"),
+                              [(d, f"{n:,}", f"{rates[d]:,.1f}" if d in rates else "-") for d, n in examples.items()],
+                              numeric=(1, 2)))
+        cards = (machine.get("gpu") or {}).get("gpus") or []
+        if cards:
+            out.append(_table(("GPU", "name", "busy mean", "busy max", "memory max (MiB)", "memory total (MiB)"),
+                              [(c.get("index"), c.get("name"), _number((c.get("busy_pct") or {}).get("mean"), "%"),
+                                _number((c.get("busy_pct") or {}).get("max"), "%"),
+                                _number((c.get("memory_used_mib") or {}).get("max")),
+                                _number(c.get("memory_total_mib"))) for c in cards], numeric=(2, 3, 4, 5)))
+    return "\n".join(out)
+
+
 def _run(report: Report) -> str:
     run = report.run
     runs = run.get("merged_from") if isinstance(run.get("merged_from"), list) else None
@@ -233,6 +260,7 @@ def html_report(report: Report) -> str:
     else:
         body.append('<p class="note">no failure</p>')
     body += ["<h2>Run</h2>", _run(report), "<h2>Sides</h2>", _key_values(sides),
-             "<h2>Machine</h2>", _key_values(machine), "<h2>Versions</h2>", _key_values(report.versions),
+             "<h2>Machine</h2>", _key_values(machine), _machine_use(report),
+             "<h2>Versions</h2>", _key_values(report.versions),
              f"<script>{SCRIPT}</script>", "</body>\n</html>\n"]
     return "\n".join(b for b in body if b)

@@ -35,7 +35,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fuzz.config import Hooks, RunConfig
-from fuzz.errors import HarnessError
+from fuzz.errors import FuzzError, HarnessError
+from fuzz.gpushare import (
+    READY_WAIT_S,
+    apply_env,
+    outside_mps,
+    outside_mps_changes,
+    under_mps,
+    wait_until_ready,
+    worker_threads_env,
+)
 from fuzz.interrupts import die_with_parent
 from fuzz.model import DeviceTally, TargetEntry
 from fuzz.outputs import write_json
@@ -54,18 +63,41 @@ SNAPSHOT_EVERY = 2.0  # seconds between outcome snapshots in the journal
 class Isolation:
     """Where a run's worker processes keep their files, and the live worker.
     The watchdog and restart limits are the run's (RunConfig.example_timeout,
-    .max_restarts)."""
+    .max_restarts). Under CUDA MPS (fuzz/gpushare.py) a fresh worker first
+    waits for the server to take clients, and goes on without MPS if it does not."""
 
     workdir: Path | None = None  # journals and results; a temporary folder if None
-    env: dict[str, str] | None = None  # extra environment for workers (e.g. CUDA_VISIBLE_DEVICES)
+    env: dict[str, str | None] | None = None  # environment changes for workers (None: removed)
     progress: bool = True  # echo the workers' status lines (redrawn on a terminal); False: --quiet
+    victims_replayed: int = 0  # examples ended by another MPS client's fault, re-run outside MPS
+    left_mps: str | None = None  # why this isolation's workers stopped using MPS, if they did
     _process: "WorkerProcess | None" = field(default=None, init=False, repr=False, compare=False)
+    _started: int = field(default=0, init=False, repr=False, compare=False)
+
+    def full_env(self) -> dict[str, str]:
+        """The environment a worker process gets."""
+        return apply_env(dict(os.environ), self.env or {})
+
+    def under_mps(self) -> bool:
+        return under_mps(self.full_env())
 
     def worker(self) -> "WorkerProcess":
         """The live worker process, started if there is none."""
         if self._process is None or not self._process.alive:
+            if self._started and self.under_mps():
+                self._wait_for_mps()
             self._process = WorkerProcess(self.env, self.progress)
+            self._started += 1
         return self._process
+
+    def _wait_for_mps(self) -> None:
+        """After a worker's death the MPS server may refuse new clients until every client a fault ended has
+        exited (NVIDIA's MPS guide); wait for it, else this isolation's workers go on time-sliced."""
+        problem = wait_until_ready(self.full_env())
+        if problem is not None:
+            self.left_mps = f"the MPS server took no new client for {READY_WAIT_S:g} s ({problem})"
+            self.env = {**(self.env or {}), **outside_mps_changes()}
+            sys.stderr.write(f"[fuzz] {self.left_mps}: this worker goes on without MPS\n")
 
     def discard_worker(self) -> None:
         if self._process is not None:
@@ -187,7 +219,8 @@ def fuzz_isolated(target: Target, config: RunConfig, deadline: float | None, iso
     journal = workdir / f"{target.name}.journal.json"
     result = workdir / f"{target.name}.result.json"
     total: TargetEntry | None = None
-    for attempt in range(config.max_restarts + 1):
+    starts = own_crashes = victims = early_deaths = 0
+    while True:
         done = total.examples if total else 0
         if config.max_examples is not None and total and done >= config.max_examples:
             break
@@ -196,21 +229,84 @@ def fuzz_isolated(target: Target, config: RunConfig, deadline: float | None, iso
         for stale in (journal, journal.with_suffix(".snapshot.json"), result):
             stale.unlink(missing_ok=True)
         job_config = config if config.max_examples is None else config.replace(max_examples=config.max_examples - done)
-        args = job_args(target.name, job_config, first_chunk=attempt * 1_000_000, journal=journal, result=result,
+        # Each fresh worker continues on fresh seeds (its own chunk numbers).
+        args = job_args(target.name, job_config, first_chunk=starts * 1_000_000, journal=journal, result=result,
                         ends_at=None if deadline is None else time.time() + (deadline - time.monotonic()))
+        starts += 1
         args_path = workdir / f"{target.name}.args.json"
         args_path.write_text(json.dumps(args))
         part, crash = _run_worker(args_path, target, job_config, journal, result, isolation)
+        if (crash is None and part.fuzzer_error and part.fuzzer_error.startswith(DIED_BEFORE_FIRST)
+                and isolation.under_mps() and early_deaths < MAX_EARLY_DEATHS_UNDER_MPS):
+            # Under MPS a fault of another client can end a worker that is still starting (its CUDA
+            # context, or the server, refused): a fresh worker waits for the server and tries again.
+            early_deaths += 1
+            sys.stderr.write(f"[fuzz] {target.name}: {part.fuzzer_error} under MPS; starting a fresh worker\n")
+            continue
         total = part if total is None else total + part
         if crash is None:
             break
         spec, verdict, detail = crash
-        more = attempt < config.max_restarts
+        if verdict is Verdict.CRASH and victims < MAX_VICTIMS_PER_TARGET and _may_be_victim(spec, isolation):
+            replayed = _replay_outside_mps(target, config, spec, detail, workdir, isolation)
+            if replayed is not None and replayed.crashed is None:
+                # Another client's fault ended this context: the example is what its replay says, and the
+                # target keeps its restarts (docs/gpu-sharing.md#faults).
+                victims += 1
+                isolation.victims_replayed += 1
+                sys.stderr.write(f"[fuzz] {target.name}: its CUDA context was ended under MPS ({detail[:120]}); "
+                                 f"re-run outside MPS in a fresh process: {replayed.verdict}\n")
+                total = total + _replayed_entry(target, config, total, spec, replayed)
+                continue
+        more = own_crashes < config.max_restarts
+        own_crashes += 1
         sys.stderr.write(f"[fuzz] {target.name}: {verdict.value} ({detail})"
                          + ("; starting a fresh worker\n" if more else "; no restarts left for this target\n"))
         total = total + _crash_entry(target, config, total, crash_result(spec, detail, verdict))
+        if not more:
+            break
     assert total is not None
     return total
+
+
+DIED_BEFORE_FIRST = "worker died before its first example"
+MAX_EARLY_DEATHS_UNDER_MPS = 3  # fresh starts per target after a death before any example, under MPS
+
+# A target whose CUDA examples keep dying under MPS, and keep passing when re-run outside it, is not
+# re-run forever: past this many, a death counts as the target's own crash.
+MAX_VICTIMS_PER_TARGET = 20
+
+
+def _may_be_victim(spec: dict, isolation: Isolation) -> bool:
+    """A CUDA example whose worker died while it was an MPS client: another client's fatal fault ends
+    every context on the GPU (NVIDIA's MPS guide), so the death may not be this example's."""
+    return str(spec.get("device", "")).startswith("cuda") and isolation.under_mps()
+
+
+def _replay_outside_mps(target: Target, config: RunConfig, spec: dict, detail: str, workdir: Path,
+                        isolation: Isolation) -> Any:
+    """The example re-run in a fresh process that is no MPS client (fuzz/replay.py); None if it cannot be."""
+    from fuzz.replay import replay_file
+
+    path = workdir / f"{target.name}.mps-victim.json"
+    write_json(path, repro_payload(target, crash_result(spec, detail), config))
+    try:
+        return replay_file(str(path), env=outside_mps(isolation.full_env()), device_known=True)
+    except FuzzError as exc:
+        sys.stderr.write(f"[fuzz] {target.name}: the example could not be re-run outside MPS ({exc})\n")
+        return None
+
+
+def _replayed_entry(target: Target, config: RunConfig, total: TargetEntry, spec: dict, replayed: Any) -> TargetEntry:
+    """A victim's example as its replay judged it: agree counts as agree; a failure is the target's own."""
+    if replayed.verdict == Verdict.AGREE.value:
+        device = spec["device"]
+        return TargetEntry(name=target.name, upstream=tuple(target.upstream), devices=(device,),
+                           expected_optimized_syncs=target.expected_optimized_syncs,
+                           by_device={device: DeviceTally(examples=1, verdicts={Verdict.AGREE.value: 1})})
+    found = "; ".join(str(m.get("detail", m))[:120] for m in replayed.mismatches[:2]) or replayed.verdict
+    return _crash_entry(target, config, total, crash_result(
+        spec, f"re-run outside MPS after its context was ended: {found}", Verdict(replayed.verdict)))
 
 
 def _crash_entry(target: Target, config: RunConfig, total: TargetEntry, crash: Any) -> TargetEntry:
@@ -230,11 +326,11 @@ class WorkerProcess:
     """One persistent worker: jobs go in on stdin, "done" lines come back on
     stdout, stderr is echoed (progress) and its tail kept for crash reports."""
 
-    def __init__(self, env: dict[str, str] | None, progress: bool = True) -> None:
+    def __init__(self, env: dict[str, str | None] | None, progress: bool = True) -> None:
         full_env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[1])
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, full_env.get("PYTHONPATH")]))
-        full_env.update(env or {})
+        apply_env(full_env, {**worker_threads_env(full_env), **(env or {})})
         # Its own session: a hang is killed with its whole process group. When
         # the parent dies, stdin closes and the worker ends by itself.
         self.process = subprocess.Popen([sys.executable, "-m", "fuzz.isolation", "--serve"], env=full_env,
@@ -311,7 +407,7 @@ def _run_worker(args_path: Path, target: Target, config: RunConfig, journal: Pat
     record = _journal(journal)
     if "spec" not in record:
         # Nothing ran: an import or set-up failure is the fuzzer's, not a verdict.
-        return replace(part, fuzzer_error=f"worker died before its first example ({_death(returncode)}): "
+        return replace(part, fuzzer_error=f"{DIED_BEFORE_FIRST} ({_death(returncode)}): "
                                           f"{tail[-1] if tail else '(no output)'}"), None
     if hung:
         return part, (record["spec"], Verdict.HANG, f"example ran past the {config.example_timeout:g} s watchdog")

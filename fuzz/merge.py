@@ -22,16 +22,19 @@ verdict counts and sync histograms per device and keep each failure once
 that run's own report in its counts and failures (not its seconds or
 placement; tests/test_merge.py runs it). A merge missing some shards is still
 written, with ``complete: false`` and the ``missing`` shards in its scope, and
-can be merged again with them. The exit code follows the run's rule.
+can be merged again with them. The exit code follows the run's rule. Each input's machine use
+(``run.machine``: rates, GPU readings, sharing) is kept as ``run.machines``, one per input with its file
+name, never summed into one machine's figures.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import reduce
 from pathlib import Path
+from typing import Any
 
 from fuzz.errors import UsageError
 from fuzz.model import Report
@@ -58,7 +61,24 @@ def merge_reports(named: Sequence[tuple[str, Report]]) -> Report:
     scopes = [(name, read_scope(report.run, name)) for name, report in named]
     check_mergeable(scopes)
     merged = reduce(lambda a, b: a + b, (report for _, report in named))
-    return replace(merged, run={**merged.run, "scope": merged_scope([scope for _, scope in scopes])})
+    run = {**merged.run, "scope": merged_scope([scope for _, scope in scopes])}
+    machines = _machines(named)
+    if machines:
+        run["machines"] = machines
+    return replace(merged, run=run)
+
+
+def _machines(named: Sequence[tuple[str, Report]]) -> list[dict[str, Any]]:
+    """Each input's machine use (fuzz/machine.py), named by its file, in input order: shards ran on
+    different hosts, so no one machine's rates or GPU readings speak for the merge. An input that is itself
+    a merge brings its own list."""
+    machines: list[dict[str, Any]] = []
+    for name, report in named:
+        if isinstance(report.run.get("machines"), list):
+            machines += [dict(m) for m in report.run["machines"] if isinstance(m, Mapping)]
+        elif isinstance(report.run.get("machine"), Mapping) and report.run["machine"]:
+            machines.append({"name": name, **report.run["machine"]})
+    return machines
 
 
 def incomplete_note(merged: Report) -> str | None:

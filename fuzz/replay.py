@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from fuzz.config import RunConfig
 from fuzz.devices import cuda_available
@@ -79,18 +80,23 @@ def check_replayable(path: str) -> tuple[dict, RunConfig]:
     return payload, config
 
 
-def replay_file(path: str, device_override: str | None = None, timeout: float | None = None) -> ReplayResult:
+def replay_file(path: str, device_override: str | None = None, timeout: float | None = None,
+                env: Mapping[str, str] | None = None, device_known: bool = False) -> ReplayResult:
     """Validate ``path`` here, run it in a child process, return what happened.
 
     Two clocks: the child has ``STARTUP_ALLOWANCE`` to import torch and build
     its inputs (it says when it starts the example), then ``timeout`` for the
     example itself -- twice the saved watchdog for a hang, else 10 minutes --
-    so a loaded host's slow start-up never replays a crash as a hang."""
+    so a loaded host's slow start-up never replays a crash as a hang. ``env``: the child's environment
+    (default this process'; e.g. one outside the run's MPS server, fuzz/gpushare.py). ``device_known``: the
+    saved device is known to be here (the example just ran on it), so this process does not ask CUDA --
+    under MPS, a process that is no CUDA client must not become one, and a server busy with another
+    client's fault may not answer."""
     payload, config = check_replayable(path)
     if timeout is None:
         timeout = 2 * config.example_timeout if payload["verdict"] == Verdict.HANG.value else 600.0
-    device = choose_device(payload, device_override)
-    env = dict(os.environ)
+    device = payload["input"]["device"] if device_known else choose_device(payload, device_override)
+    env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
     child = subprocess.Popen([sys.executable, "-m", "fuzz.replay", str(path), device], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env)

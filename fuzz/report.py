@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, TextIO
 
+from fuzz.machine import machine_lines, report_machines
 from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Report, TargetEntry
 from fuzz.reachdata import line_counts, percent, unreached, unreached_side
 from fuzz.verdicts import CRASH_VERDICTS, SAME_CODE, SKIPPED, UNREACHED, UNTESTED
@@ -222,7 +223,7 @@ def item_line(key: str, entry: TargetEntry) -> str:
 
 def report_notes(report: Report) -> list[str]:
     """The lines under the table that speak for the whole run: what was reached, the change's coverage,
-    and which rule judged syncs where it is not the copies' budget."""
+    which rule judged syncs where it is not the copies' budget, and the machine's use (fuzz/machine.py)."""
     from fuzz.reachdata import change_line, merged_changes
 
     notes = []
@@ -248,6 +249,8 @@ def report_notes(report: Report) -> list[str]:
             rules.setdefault(entry.sync_rule, []).append(entry.name)
     for rule, names in rules.items():
         notes.append(f"syncs judged {SYNC_RULES.get(rule, rule)}: {', '.join(names)}")
+    for machine in report_machines(report.run):  # absent in reports from before; one per input of a merge
+        notes += machine_lines(machine)
     return notes
 
 

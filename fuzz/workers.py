@@ -11,9 +11,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Mapping
 
 from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError
+from fuzz.gpushare import apply_env, worker_threads_env
 from fuzz.model import Interrupted, TargetEntry, add_entries
 from fuzz.plan import Item
 
@@ -45,7 +47,10 @@ def run_file_content(items: list[Item], config: RunConfig, results: Path, second
 
 
 def run_with_xdist(items: list[Item], config: RunConfig, seconds: float | None = None,
-                   journal: Path | None = None, show_items: bool = False) -> list[TargetEntry]:
+                   journal: Path | None = None, show_items: bool = False,
+                   env_changes: Mapping[str, str | None] | None = None) -> list[TargetEntry]:
+    """Run ``items`` on ``config.workers`` xdist workers; ``env_changes`` reach every worker and its fuzz
+    processes (GPU sharing: fuzz/gpushare.py)."""
     workdir = Path(tempfile.mkdtemp(prefix="syncfuzz-xdist-"))
     results = workdir / "results"
     results.mkdir()
@@ -62,6 +67,7 @@ def run_with_xdist(items: list[Item], config: RunConfig, seconds: float | None =
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     for callers_own in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):  # a caller's pytest set-up is not this one's
         env.pop(callers_own, None)
+    apply_env(env, {**worker_threads_env(env), **(env_changes or {})})
     command = [sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-n", str(workers), "--dist", "load", "-q",
                "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(workdir), "--pyargs", "fuzz.xdist_items"]
     try:

@@ -89,14 +89,21 @@ def test_fuzz_item(fuzz_item: dict) -> None:
         share = board.start(fuzz_item["index"], total=len(run["items"]), workers=config.workers,
                             ends_at=run["ends_at"])
         deadline = time.monotonic() + share
+    victims_before = isolation.victims_replayed if isolation is not None else 0
     try:
         entry = run_item(item, config, isolation, deadline)
     finally:
         board.finish(fuzz_item["index"])
     # Per item: where it ran and how much it did, so a report shows each
-    # worker's (and GPU's) share and the steady-state rate without start-up.
-    entry = replace(entry, placement=({"item": item.key, "worker": f"gw{worker}", "gpu": gpu, "pid": os.getpid(),
-                                       "examples": entry.examples, "seconds": entry.seconds},))
+    # worker's (and GPU's) share and the steady-state rate without start-up;
+    # under MPS, the examples another client's fault ended (re-run outside MPS).
+    placed = {"item": item.key, "worker": f"gw{worker}", "gpu": gpu, "pid": os.getpid(),
+              "examples": entry.examples, "seconds": entry.seconds}
+    if isolation is not None and isolation.victims_replayed > victims_before:
+        placed["mps_victims_replayed"] = isolation.victims_replayed - victims_before
+    if isolation is not None and isolation.left_mps:
+        placed["left_mps"] = isolation.left_mps
+    entry = replace(entry, placement=(placed,))
     out = Path(run["results"]) / f"{fuzz_item['index']:05d}.json"
     write_json(out, {"config": config.to_json(), "entry": entry.to_json()})  # atomic: the parent polls for it
     failures = [f for f in entry.failures if not f.known]

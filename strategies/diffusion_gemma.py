@@ -55,7 +55,7 @@ from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
 from fuzz.targets import Impl
-from strategies.common import devices, float_dtypes, in_form, int_dtypes, seeded_floats
+from strategies.common import devices, fixed_dict, float_dtypes, in_form, int_dtypes, seeded_floats
 
 # The state tensors DiffusionGemmaRequestStates allocates, in __init__ order.
 STATE_TENSORS = (
@@ -115,7 +115,7 @@ def state_dims(*, max_reqs: int = 6, max_canvas: int = 6, max_vocab: int = 16) -
     """Sizes of a ``DiffusionGemmaRequestStates`` (small: the code under test is index math)."""
     if max_reqs < 1 or max_canvas < 1 or max_vocab < 2:
         raise HarnessError("state_dims: need max_reqs >= 1, max_canvas >= 1, max_vocab >= 2")
-    return st.fixed_dictionaries({
+    return fixed_dict({
         "max_num_reqs": st.integers(1, max_reqs),
         "canvas_length": st.integers(1, max_canvas),
         "vocab_size": st.integers(2, max_vocab),

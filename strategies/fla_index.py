@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
 from fuzz.targets import Impl
-from strategies.common import INT_DTYPES, devices, int_dtypes
+from strategies.common import INT_DTYPES, devices, fixed_dict, int_dtypes
 
 
 @lru_cache(maxsize=None)  # built once per set of arguments: strategies/common.py says why
@@ -60,7 +60,7 @@ class ChunkIndexInputs:
     """
 
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
-        return st.fixed_dictionaries(
+        return fixed_dict(
             {
                 "device": devices(available),
                 "cu_seqlens": cu_seqlens(empty_only_at_end=True) if contract == "caller" else st.one_of(

@@ -62,7 +62,16 @@ from fuzz.errors import HarnessError
 from fuzz.syncs import consumer_reads
 from fuzz.targets import SIDES as ENGINE_SIDES
 from fuzz.targets import Impl
-from strategies.common import FLOAT_DTYPES, INT_DTYPES, choice_of, devices, float_dtypes, int_dtypes, seeded_floats
+from strategies.common import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    choice_of,
+    devices,
+    fixed_dict,
+    float_dtypes,
+    int_dtypes,
+    seeded_floats,
+)
 from strategies.grids import grid_thws
 
 SIDES = ("legacy", "optimized")
@@ -148,7 +157,7 @@ def field_placement(spec: dict, impl: Impl, side: str, processor: str) -> FieldP
 
 # Strategies with fixed arguments are built once: strategies/common.py says why.
 CALLER_FIELD_PLACEMENTS = st.just(dict(CALLER_PLACEMENT))
-WIDE_FIELD_PLACEMENTS = st.fixed_dictionaries(
+WIDE_FIELD_PLACEMENTS = fixed_dict(
     {"legacy": st.sampled_from(["engine", "cpu"]), "optimized": st.just("engine")}
 )
 # How the wide contract may pass a list-valued field (interns1, phi4mm).

@@ -38,7 +38,16 @@ from hypothesis import strategies as st
 
 from fuzz.errors import HarnessError
 from fuzz.targets import Impl
-from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, float_dtypes, in_form, int_dtypes, seeded_floats
+from strategies.common import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    devices,
+    fixed_dict,
+    float_dtypes,
+    in_form,
+    int_dtypes,
+    seeded_floats,
+)
 from strategies.grids import grid_thws
 
 MERGE = 2  # Keye's spatial_merge_size: processor grids have h, w multiples of it
@@ -92,7 +101,7 @@ def grid_forms(contract: str) -> st.SearchStrategy[dict]:
     numpy rows / CPU or device tensor rows, or one whole 2-D tensor (wide)."""
     if contract == "caller":
         return st.just({"form": "tuple", "dtype": "int64", "whole_tensor": False})
-    return st.fixed_dictionaries(
+    return fixed_dict(
         {"form": st.sampled_from(GRID_FORMS), "dtype": int_dtypes(), "whole_tensor": st.booleans()}
     )
 

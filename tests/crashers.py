@@ -73,3 +73,17 @@ def alternating(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
 
 TARGETS.append(dataclasses.replace(_BASE, name="flaky-alternating", optimized="tests.crashers:alternating"))
 TARGETS.append(dataclasses.replace(_BASE, name="chatty-stdout", optimized="tests.crashers:chatty"))
+
+
+def dies_once(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Kills its process the first time it trips (a marker file, shared by all processes, remembers), then
+    is correct: what an MPS client whose context another client's fault ended looks like -- the example
+    passes when re-run in a fresh process."""
+    marker = os.environ.get("SYNCFUZZ_TEST_DIES_ONCE")
+    if marker and _trips(cu_seqlens) and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.abort()
+    return prepare_chunk_offsets(cu_seqlens, chunk_size)
+
+
+TARGETS.append(dataclasses.replace(_BASE, name="crasher-dies-once", optimized="tests.crashers:dies_once"))

@@ -91,13 +91,15 @@ def no_work(monkeypatch):
     import fuzz.replay
     import fuzz.scaffold
     import fuzz.selftest
+    import fuzz.session
     import fuzz.workers
 
     def started(*args, **kwargs):
         raise WorkStarted("work started for a case that should have been refused")
 
     for module, name in [(fuzz.orchestrate, "fuzz_all"), (fuzz.workers, "run_with_xdist"),
-                         (fuzz.replay, "replay_file"), (fuzz.cli, "_write_outputs"),
+                         (fuzz.replay, "replay_file"), (fuzz.cli, "write_outputs"),
+                         (fuzz.session, "write_outputs"),
                          (fuzz.selftest, "selftest_target"), (fuzz.packs, "write_pack"),
                          (fuzz.packs, "fetch_wheel"), (fuzz.provenance.sources, "fetch_wheel"),
                          (fuzz.provenance, "fetch_wheel"), (fuzz.scaffold, "write")]:
@@ -435,6 +437,7 @@ CASES: dict[str, Case] = dict([
     ("run-require-changes-without-sources", run("--require-changes-covered")),
     ("run-require-changes-no-coverage", run("--require-changes-covered", "--no-coverage", "--legacy", "vllm==0.27.1")),
     ("run-sync-budget-unknown", run("--sync-budget", "sometimes")),
+    ("run-gpu-share-unknown", run("--gpu-share", "always")),
     # ----------------------------------------------------------------- new-target
     ("new-target-no-arguments", cmd("new-target")),
     ("new-target-no-upstream", cmd("new-target", "my-target", "--legacy-version", "0.29.0",

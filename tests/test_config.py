@@ -24,7 +24,7 @@ VALID = {"contract": "wide", "devices": ("cpu", "cuda"), "shard": "2/3", "profil
          "targets": ("fla-chunk-offsets",), "target_modules": ("tests.planted",),
          # Sides from the source packs shipped in sources/ (fuzz/sides.py).
          "legacy": "vllm==0.27.1", "optimized": "vllm==0.28.0", "sources": (str(SHIPPED_PACKS),),
-         "sync_budget": "ignore"}
+         "sync_budget": "ignore", "gpu_share": "off"}
 
 
 def _other_than(field: dataclasses.Field, hint: object) -> object:
@@ -117,7 +117,7 @@ def test_the_command_line_reaches_every_field_it_sets(monkeypatch):
         "--corpus", "/c", "--stress", "--upstream", "--confirm", "2", "--in-process", "--example-timeout", "7",
         "--max-restarts", "1", "--workers", "4", "--pieces", "3", "--shard", "2/3", "--profile", "nightly",
         "--legacy", "vllm==0.27.1", "--optimized", "vllm==0.28.0", "--sources", str(SHIPPED_PACKS),
-        "--sync-budget", "ignore", "--require-changes-covered"])
+        "--sync-budget", "ignore", "--require-changes-covered", "--gpu-share", "off"])
     _apply_profile(args)
     config = run_config(args, ("cpu", "cuda"), 5)
     assert config == RunConfig(targets=("fla-chunk-offsets",), target_modules=("tests.planted",),
@@ -126,7 +126,7 @@ def test_the_command_line_reaches_every_field_it_sets(monkeypatch):
                                example_timeout=7.0, max_restarts=1, workers=4, pieces=3, shard="2/3",
                                profile="nightly", legacy="vllm==0.27.1", optimized="vllm==0.28.0",
                                sources=(str(SHIPPED_PACKS),), sync_budget="ignore", coverage=True,
-                               require_changes_covered=True)
+                               require_changes_covered=True, gpu_share="off")
 
 
 BAD = {

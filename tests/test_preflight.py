@@ -77,18 +77,18 @@ def test_selftest_json_into_an_unwritable_place_is_refused_first(capsys):
 def test_a_report_that_cannot_be_written_at_the_end_goes_to_a_fallback(tmp_path, capsys, monkeypatch):
     """The folder was fine at the start and is a file by the end: the report
     is saved elsewhere, the line names where, and a clean run exits 2, not 0."""
-    import fuzz.cli as cli
+    import fuzz.session as session
 
     out = tmp_path / "out"
     out.mkdir()
-    real_finish = cli._finish
+    real_finish = session._finish
 
     def finish_after_the_folder_went(*args, **kwargs):
         out.rmdir()
         out.write_text("in the way")
         return real_finish(*args, **kwargs)
 
-    monkeypatch.setattr(cli, "_finish", finish_after_the_folder_went)
+    monkeypatch.setattr(session, "_finish", finish_after_the_folder_went)
     code = main(["run", *ONE, "--confirm", "0", "--corpus", str(tmp_path / "c"), "--report", str(out / "r.json")])
     err = capsys.readouterr().err
     assert code == 2, err

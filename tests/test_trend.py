@@ -218,10 +218,10 @@ def test_the_h200_report_against_a_changed_copy(tmp_path):
 def test_a_run_records_when_it_started_for_the_trend():
     from datetime import datetime
 
-    from fuzz.cli import _run_info
     from fuzz.config import RunConfig
+    from fuzz.session import run_info
 
-    started = _run_info(RunConfig(devices=("cpu",)))["started"]
+    started = run_info(RunConfig(devices=("cpu",)))["started"]
     assert datetime.fromisoformat(started).utcoffset().total_seconds() == 0
     assert Report((), run={"started": started}).to_json()["run"]["started"] == started
 

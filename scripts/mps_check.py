@@ -1,0 +1,111 @@
+"""Reads the reports of scripts/gpu_share_bench.sh and scripts/mps_fault_trials.sh and prints the
+issue #25 figures, each with PASS or FAIL (docs/gpu-sharing.md, docs/gpu-runs/).
+
+    python3 scripts/mps_check.py nightly OFF.json MPS.json    # MPS >= 3x the examples, every item served
+    python3 scripts/mps_check.py scale ONE.json MANY.json     # MANY workers >= 0.7 x N x one worker (CUDA)
+    python3 scripts/mps_check.py trial FAULT_TARGET REPORT.json  # the fault contained (see below)
+    python3 scripts/mps_check.py threads DEFAULT.json ONE.json   # examples with BLAS/OpenMP at 1 thread vs not
+
+Exit 1 if a check fails.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def load(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def examples(report: dict, device: str | None = None) -> int:
+    return sum(t["examples"] if device is None else t.get("by_device", {}).get(device, {}).get("examples", 0)
+               for t in report["targets"])
+
+
+def served(report: dict) -> tuple[bool, str]:
+    """Every planned item came back and ran examples (placement: one per item under --workers)."""
+    placements = [p for t in report["targets"] for p in t.get("placement", [])]
+    planned = len(report["targets"]) * report["run"]["pieces"]
+    idle = [p["item"] for p in placements if not p.get("examples")]
+    ok = len(placements) == planned and not idle
+    named = f": {', '.join(idle)}" if idle else ""
+    return ok, f"{len(placements)}/{planned} items back, {len(idle)} without an example{named}"
+
+
+def share(report: dict) -> dict:
+    return report["run"].get("machine", {}).get("gpu_share", {})
+
+
+def gpu_use(report: dict) -> str:
+    gpu = report["run"].get("machine", {}).get("gpu", {})
+    if "gpus" not in gpu:
+        return gpu.get("unavailable", "GPU not sampled")
+    return "; ".join(f"GPU {g['index']} busy {g['busy_pct']['mean']}% mean / {g['busy_pct']['max']}% max, "
+                     f"memory {g['memory_used_mib']['max']} MiB max" for g in gpu["gpus"])
+
+
+def check(ok: bool, line: str) -> bool:
+    print(("PASS " if ok else "FAIL ") + line)
+    return ok
+
+
+def nightly(off_path: str, mps_path: str) -> bool:
+    off, mps = load(off_path), load(mps_path)
+    good = check(share(mps).get("mode") == "mps" and share(off).get("mode") == "time-sliced",
+                 f"modes: off run {share(off).get('mode')}, mps run {share(mps).get('mode')} "
+                 f"(daemon {share(mps).get('daemon')}, victims replayed {share(mps).get('victims_replayed')})")
+    for device in ("cpu", "cuda"):
+        print(f"     {device}: off {examples(off, device):,}, mps {examples(mps, device):,}")
+    ratio = examples(mps) / max(examples(off), 1)
+    good &= check(ratio >= 3.0, f"nightly examples: off {examples(off):,}, mps {examples(mps):,} = {ratio:.2f}x (>= 3)")
+    for name, report in (("off", off), ("mps", mps)):
+        ok, said = served(report)
+        good &= check(ok, f"{name}: every item served: {said}")
+        print(f"     {name}: {gpu_use(report)}; exit verdicts {sorted({t['verdict'] for t in report['targets']})}")
+    return good
+
+
+def scale(one_path: str, many_path: str) -> bool:
+    one, many = load(one_path), load(many_path)
+    workers = many["run"]["workers"]
+    a, b = examples(one, "cuda"), examples(many, "cuda")
+    ratio = b / max(a, 1)
+    per_target = ", ".join(f"{t['name']} {examples({'targets': [t]}, 'cuda'):,}" for t in many["targets"])
+    print(f"     per target, {workers} workers: {per_target}")
+    good = check(share(many).get("mode") == "mps", f"{workers} workers' mode: {share(many).get('mode')}")
+    good &= check(ratio >= 0.7 * workers, f"CUDA examples: 1 worker {a:,}, {workers} workers {b:,} = {ratio:.1f}x "
+                                          f"(>= 0.7 x {workers} = {0.7 * workers:.1f}); {gpu_use(many)}")
+    return good
+
+
+def trial(fault: str, path: str) -> bool:
+    """The faulting target: a crash with its input saved. Every other target: examples, no failure of
+    its own. The examples another client's fault ended: re-run and counted (victims_replayed)."""
+    report = load(path)
+    by_name = {t["name"]: t for t in report["targets"]}
+    faulty = by_name.pop(fault)
+    crashes = [f for f in faulty["failures"] if f["verdict"] == "crash"]
+    saved = [f for f in crashes if f.get("repro") and Path(f["repro"]).exists()]
+    good = check(bool(saved), f"{fault}: {faulty['verdict']}, {len(crashes)} crash(es), input saved: {bool(saved)}"
+                              + (f" ({crashes[0]['mismatches'][0]['detail'][:90]})" if crashes else ""))
+    for name, entry in by_name.items():
+        own = [f["verdict"] for f in entry["failures"] if not f.get("known")]
+        good &= check(entry["examples"] > 0 and not own and entry["verdict"] in ("agree", "same-code"),
+                      f"{name}: {entry['verdict']}, {entry['examples']} examples, failures {own}")
+    print(f"     sharing: {share(report)}")
+    return good
+
+
+def threads(default_path: str, one_path: str) -> bool:
+    a, b = examples(load(default_path)), examples(load(one_path))
+    print(f"     examples: threads default {a:,}, BLAS/OpenMP at 1 thread {b:,} = {b / max(a, 1):.2f}x")
+    return True
+
+
+if __name__ == "__main__":
+    kind, *paths = sys.argv[1:]
+    ok = {"nightly": nightly, "scale": scale, "trial": trial, "threads": threads}[kind](*paths)
+    sys.exit(0 if ok else 1)

@@ -1,0 +1,65 @@
+"""A fuzz run from Python, without the command line (fuzz.session.run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fuzz.config import RunConfig
+from fuzz.model import EXIT_FAILURE, EXIT_OK
+from fuzz.session import run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_run_returns_its_report_and_prints_nothing(tmp_path, capsys):
+    config = RunConfig(targets=("fla-chunk-offsets",), devices=("cpu",), seed=3, max_examples=20,
+                       corpus=str(tmp_path / "corpus"), isolated=False, confirm=0)
+    result = run(config, outputs={"report": tmp_path / "r.json"})
+    (entry,) = result.report.targets
+    assert (entry.name, entry.verdict, entry.examples) == ("fla-chunk-offsets", "agree", 20)
+    assert result.exit_code == EXIT_OK and capsys.readouterr().out == ""
+    assert json.loads((tmp_path / "r.json").read_text())["targets"][0]["examples"] == 20
+
+
+def test_a_planted_divergence_is_a_failure_with_its_input_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.crashers")
+    config = RunConfig(targets=("flaky-alternating",), target_modules=("tests.crashers",), devices=("cpu",),
+                       seed=0, max_examples=50, corpus=str(tmp_path / "corpus"), isolated=False, confirm=0)
+    monkeypatch.setenv("SYNCFUZZ_TEST_TOGGLE", str(tmp_path / "toggle"))
+    result = run(config)
+    (entry,) = result.report.targets
+    assert result.exit_code == EXIT_FAILURE and entry.failures
+    assert Path(entry.failures[0].repro).exists()
+
+
+def test_without_a_corpus_nothing_is_kept_and_the_run_still_runs(tmp_path):
+    config = RunConfig(targets=("fla-chunk-indices",), devices=("cpu",), seed=1, max_examples=5, corpus=None,
+                       isolated=True, confirm=0)
+    result = run(config)
+    assert result.report.targets[0].verdict == "agree" and result.exit_code == EXIT_OK
+
+
+def test_the_session_does_not_need_the_command_line():
+    code = ("import sys; import fuzz.session; "
+            "assert 'fuzz.cli' not in sys.modules, sorted(m for m in sys.modules if m.startswith('fuzz'))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-500:]
+
+
+def test_the_cli_and_the_session_give_the_same_report(tmp_path):
+    """``fuzz run`` is the session plus its argument handling: the same seed, the same examples and verdicts."""
+    from fuzz.cli import main
+
+    assert main(["run", "--device", "cpu", "--target", "glm4v-embeddings", "--seed", "9", "--max-examples", "30",
+                 "--in-process", "--confirm", "0", "--quiet", "--corpus", str(tmp_path / "a"),
+                 "--report", str(tmp_path / "cli.json")]) == 0
+    cli = json.loads((tmp_path / "cli.json").read_text())
+    config = RunConfig(targets=("glm4v-embeddings",), devices=("cpu",), seed=9, max_examples=30,
+                       corpus=str(tmp_path / "b"), isolated=False, confirm=0)
+    api = run(config).report.to_json()
+    for key in ("targets",):
+        for a, b in zip(cli[key], api[key]):
+            assert (a["name"], a["verdict"], a["by_device"]) == (b["name"], b["verdict"], b["by_device"])
