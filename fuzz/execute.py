@@ -68,6 +68,18 @@ def _is_fatal_cuda_error(exc: BaseException) -> bool:
             or "CUDA error" in text or "device-side assert" in text)
 
 
+def fatal_cuda_error(exc: BaseException) -> BaseException | None:
+    """The fatal CUDA error in ``exc`` or the exceptions it was raised from (a harness error wrapping one,
+    say), or None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if _is_fatal_cuda_error(exc):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _raise_if_context_lost(side: str, exc: BaseException | None) -> None:
     """Sync once and turn a fatal CUDA error (now, or reported late by the
     sync: kernels fail asynchronously) into CudaContextLost."""
@@ -98,6 +110,10 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
         try:
             thunk = target.input_model().materialize(spec, impl, form)
         except Exception as exc:  # a strategy bug, not a verdict
+            if fatal_cuda_error(exc) is not None:
+                # The process' CUDA context is gone, whoever ended it: under MPS another client's illegal
+                # address surfaces in the next CUDA call, often here (H200, docs/gpu-sharing.md#faults).
+                raise CudaContextLost(side, Raised.of(fatal_cuda_error(exc)).message) from exc
             raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
         # No synchronize before the call: both detectors count synchronizing
         # *calls*, not waiting, so queued work from building the inputs cannot

@@ -168,7 +168,7 @@ def trusted_modules(payload: dict, config: RunConfig, source: str) -> list[str]:
 
 
 def _child(path: str, device: str) -> int:
-    from fuzz.execute import CudaContextLost, run_example
+    from fuzz.execute import CudaContextLost, fatal_cuda_error, run_example
     from fuzz.interrupts import die_with_parent
     from fuzz.runner import single_threaded
     from fuzz.sides import CannotBuild, bind_sides
@@ -197,9 +197,16 @@ def _child(path: str, device: str) -> int:
     except CudaContextLost as lost:
         print(_RESULT_MARK + json.dumps({"crash": f"CUDA context lost: {lost}"}), flush=True)
         return 0
-    except HarnessError as exc:
-        print(_RESULT_MARK + json.dumps({"fuzzer_error": str(exc)}), flush=True)
-        return 3
+    except Exception as exc:
+        fatal = fatal_cuda_error(exc)  # as the fuzz worker judges it (fuzz.runner): the context is gone
+        if fatal is None:
+            if isinstance(exc, HarnessError):
+                print(_RESULT_MARK + json.dumps({"fuzzer_error": str(exc)}), flush=True)
+                return 3
+            raise
+        print(_RESULT_MARK + json.dumps({"crash": f"CUDA context lost: harness: {str(fatal).splitlines()[0]}"}),
+              flush=True)
+        return 0
     data = {"verdict": result.verdict.value, "mismatches": [m.as_json() for m in result.mismatches]}
     print(_RESULT_MARK + json.dumps(data), flush=True)
     return 0

@@ -32,9 +32,9 @@ from fuzz.compare import Mismatch
 from fuzz.config import NO_HOOKS, Hooks, RunConfig
 from fuzz.devices import devices_for
 from fuzz.errors import HarnessError
-from fuzz.execute import CudaContextLost, ExampleResult, run_example
+from fuzz.execute import CudaContextLost, ExampleResult, fatal_cuda_error, run_example
 from fuzz.model import DeviceTally, Failure, TargetEntry
-from fuzz.outcome import SideResult
+from fuzz.outcome import Raised, SideResult
 from fuzz.reach import Measure, measure_for, static_same_code
 from fuzz.repro import repro_payload, save_repro
 from fuzz.sides import CannotBuild, bind_sides
@@ -355,7 +355,15 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
         if hooks.before_example:
             hooks.before_example(spec, outcome)
         try:
-            result = run_example(target, spec, config=config)
+            try:
+                result = run_example(target, spec, config=config)
+            except Exception as exc:
+                # A fatal CUDA error anywhere in the example (an oracle's comparison, the consumer) means the
+                # context is gone as surely as one in a side: the process must go, not report a fuzzer bug.
+                fatal = None if isinstance(exc, CudaContextLost) else fatal_cuda_error(exc)
+                if fatal is None:
+                    raise
+                raise CudaContextLost("harness", Raised.of(fatal).message) from exc
         except CudaContextLost as lost:
             if hooks.on_context_lost:
                 hooks.on_context_lost(spec, lost)  # ends the process

@@ -87,3 +87,27 @@ def dies_once(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
 
 
 TARGETS.append(dataclasses.replace(_BASE, name="crasher-dies-once", optimized="tests.crashers:dies_once"))
+
+
+class _ContextGoneInputs:
+    """fla-chunk-offsets' input model, except that building inputs the first time ``cu_seqlens`` trips
+    raises what torch raises once the process' CUDA context is gone (a marker file remembers): on the
+    H200, under MPS, another client's illegal memory access surfaced in a victim's input building."""
+
+    def __getattr__(self, name: str):
+        from strategies.fla_index import ChunkIndexInputs
+
+        return getattr(ChunkIndexInputs(), name)
+
+    def materialize(self, spec: dict, impl, form: str):
+        from strategies.fla_index import ChunkIndexInputs
+
+        marker = os.environ.get("SYNCFUZZ_TEST_CONTEXT_GONE")
+        if marker and len(spec["cu_seqlens"]) > 3 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return ChunkIndexInputs().materialize(spec, impl, form)
+
+
+TARGETS.append(dataclasses.replace(_BASE, name="crasher-context-gone-in-inputs",
+                                   inputs="tests.crashers:_ContextGoneInputs"))

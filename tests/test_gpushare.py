@@ -306,3 +306,17 @@ def test_worker_thread_pools_follow_syncfuzz_threads_unless_set():
     assert gpushare.worker_threads_env({}) == dict.fromkeys(gpushare.THREAD_POOL_ENV, "1")
     assert gpushare.worker_threads_env({"SYNCFUZZ_THREADS": "2", "OMP_NUM_THREADS": "4"}) == {
         "MKL_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
+
+
+def test_a_context_lost_while_building_inputs_is_a_death_not_a_fuzzer_error(under_fake_mps, tmp_path, monkeypatch):
+    """On the H200 a victim of another MPS client's illegal address failed in its input model's first CUDA
+    call: that must end the worker (so the server takes clients again) and be re-run, like a death in a side."""
+    from fuzz.isolation import Isolation
+
+    monkeypatch.setenv("SYNCFUZZ_TEST_CONTEXT_GONE", str(tmp_path / "gone"))
+    entry = _run("crasher-context-gone-in-inputs", under_fake_mps, tmp_path)
+    assert (tmp_path / "gone").exists() and entry.verdict == "agree" and not entry.fuzzer_error
+    assert under_fake_mps.victims_replayed == 1
+    (tmp_path / "gone").unlink()
+    entry = _run("crasher-context-gone-in-inputs", Isolation(workdir=tmp_path / "j2", progress=False), tmp_path)
+    assert entry.verdict == "crash" and "CUDA context lost" in entry.failures[0].mismatches[0]["detail"]

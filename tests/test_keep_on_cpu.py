@@ -298,11 +298,12 @@ def test_varlen_stand_in_poisons_segments_that_miss_the_tokens():
 
 
 def _drawn(name: str, contract: str, n: int = 200) -> list[dict]:
-    """``n`` specs of ``name``'s input model, as a run draws them (CPU only)."""
+    """``n`` specs of ``name``'s input model, as a run draws them (CPU only). Derandomized: a choice drawn
+    1 time in 8 or less must not be missed on one machine's luck (keye's embeddings were, on the H200)."""
     strategy = KOC[name].input_model().specs(("cpu",), contract)
 
     @given(strategy)
-    @settings(max_examples=n, deadline=None, database=None)
+    @settings(max_examples=n, deadline=None, database=None, derandomize=True)
     def collect(spec):
         specs.append(spec)
 
@@ -323,7 +324,7 @@ def test_caller_contract_draws_the_flashinfer_encoder_backend():
 
 def test_caller_contract_draws_keye_embedding_inputs():
     """KeyeMultiModalDataParser accepts image / video embeddings with their grids."""
-    specs = _drawn("keep-on-cpu-keye-grid-thw", "caller")
+    specs = _drawn("keep-on-cpu-keye-grid-thw", "caller", n=400)
     for name in ("image", "video"):
         drawn = [s for s in specs if s[f"{name}_grid_thw"]]
         assert {s[f"{name}_input"] for s in drawn} == {"pixels", "embeds"}, name
