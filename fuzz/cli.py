@@ -1,6 +1,6 @@
 """syncfuzz's command line: differential fuzzing of legacy vs optimized copies (docs/design.md).
 
-Subcommands: list, run, replay, merge-reports, trend, selftest, provenance, sources, new-target.
+Subcommands: list, run, replay, coverage, merge-reports, trend, selftest, provenance, sources, new-target.
 
 Exit codes: 0 no failure, 1 a failing verdict found (or a replayed failure still fails), 2 usage or input
 error -- one line on stderr naming the problem and the fix, before any work -- or a fuzzer bug, 3 incomplete

@@ -351,7 +351,7 @@ from typing import Any, Callable, Sequence
 
 from hypothesis import strategies as st
 
-from fuzz.targets import Impl
+from fuzz.api import Impl  # the one engine module an input model imports (lint-imports checks)
 
 
 class {cls}:

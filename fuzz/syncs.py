@@ -41,12 +41,12 @@ import os
 import sys
 import warnings
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
 
+from fuzz.api import consumer_reads, in_consumer_reads  # noqa: F401 -- consumer_reads: re-exported for the engine
 from optimized.gpu_sync_debug import sync_allowed_depth
 
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
@@ -54,19 +54,6 @@ _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 # the GPU (see the module docstring); SYNCFUZZ_PAGEABLE_STAGED_BYTES overrides
 # it for another driver (0 counts every pageable copy).
 PAGEABLE_STAGED_BYTES = int(os.environ.get("SYNCFUZZ_PAGEABLE_STAGED_BYTES", 2 * 1024 * 1024))
-_in_consumer: ContextVar[bool] = ContextVar("syncfuzz_in_consumer", default=False)
-
-
-@contextmanager
-def consumer_reads() -> Iterator[None]:
-    """Syncs made inside are the consumer's (``SyncTally.consumer``), not the call's."""
-    token = _in_consumer.set(True)
-    try:
-        yield
-    finally:
-        _in_consumer.reset(token)
-
-
 @dataclass
 class SyncTally:
     total: int = 0  # torch-detected + hidden
@@ -136,7 +123,7 @@ class _PageableAsyncCopies:
         return counted
 
     def _count(self) -> None:
-        if _in_consumer.get():
+        if in_consumer_reads():
             self.tally.consumer += 1
             return
         self.tally.total += 1
@@ -167,7 +154,7 @@ def counting_syncs(enabled: bool) -> Iterator[SyncTally | None]:
 
     def hook(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
         if _TORCH_SYNC_WARNING in str(message):
-            if _in_consumer.get():
+            if in_consumer_reads():
                 tally.consumer += 1
                 return
             tally.total += 1

@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Sequence
 
-from hypothesis.strategies import SearchStrategy
-
+# The input models' interface (fuzz/api.py), defined there so that they need nothing else of the engine.
+from fuzz.api import FORM_ATTRIBUTE, RELEASE_ATTRIBUTE, SIDES, Impl, InputModel, release_of  # noqa: F401
 from fuzz.errors import HarnessError, UsageError, unknown_name
 from fuzz.versions import DEFAULT_PAIR
 
@@ -30,40 +30,7 @@ target's optimized release pass (docs/verdicts.md#contracts says which, per
 target); ``wide`` draws every form the legacy function accepted."""
 
 TARGET_MODULES_ENV = "SYNCFUZZ_TARGET_MODULES"
-SIDES = ("legacy", "optimized", "upstream")
-"""The sides an input model materializes for: the two copies and, under
-``fuzz run --upstream``, the real vllm function."""
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-FORM_ATTRIBUTE = "SYNCFUZZ_FORM"
-"""Set on a module rebuilt from an upstream source (fuzz/sides.py): which copy,
-legacy or optimized, it was rebuilt from, i.e. how its inputs are materialized."""
-RELEASE_ATTRIBUTE = "SYNCFUZZ_RELEASE"
-"""Set on a module rebuilt from an upstream source: the vllm version of that source (``"0.33.0"``), or
-None for a checkout with no ``vllm/_version.py``. An input model whose target's call form changed in
-some release reads it to hand that side its own release's form (``release_of``)."""
-
-
-@dataclass(frozen=True)
-class Impl:
-    """A resolved side: the function to call, for a method its class, and the
-    module that holds them (a copy, a planted or self-test mutant of one, or
-    vllm's own module) -- where an input model finds the side's other classes."""
-
-    path: str
-    function: Callable[..., Any]
-    owner: type | None
-    module: ModuleType
-
-
-class InputModel(Protocol):
-    """Draws JSON-able input specs and turns one into a ready-to-run call."""
-
-    def specs(self, devices: Sequence[str], contract: str) -> SearchStrategy[dict]:
-        """Specs: plain JSON data including ``"device"``; never tensors."""
-
-    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
-        """Fresh inputs for one side (``side`` in ``SIDES``; ``impl.module``
-        holds the side's classes); the thunk runs the upstream call only."""
 
 
 @dataclass(frozen=True)
@@ -181,13 +148,6 @@ class Target:
             "consumer": self.consumer,
             "files": self.files(),
         }
-
-
-def release_of(impl: Impl) -> str | None:
-    """The vllm release a side's code is from, for an input model that must call it in that release's
-    form: the source's version for a rebuilt side (None when unversioned); None for a copy, whose form
-    the ``side`` argument of ``materialize`` already names."""
-    return getattr(impl.module, RELEASE_ATTRIBUTE, None)
 
 
 def resolve_object(path: str) -> Any:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.errors import HarnessError
+from fuzz.api import HarnessError
 
 INT_DTYPES = {"int32": torch.int32, "int64": torch.int64}
 FLOAT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

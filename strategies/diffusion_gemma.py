@@ -53,8 +53,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.errors import HarnessError
-from fuzz.targets import Impl
+from fuzz.api import HarnessError, Impl
 from strategies.common import devices, fixed_dict, float_dtypes, in_form, int_dtypes, seeded_floats
 
 # The state tensors DiffusionGemmaRequestStates allocates, in __init__ order.

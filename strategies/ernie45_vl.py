@@ -44,8 +44,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.errors import HarnessError
-from fuzz.targets import Impl
+from fuzz.api import HarnessError, Impl
 from strategies.common import FLOAT_DTYPES, INT_DTYPES, choice_of, devices, float_dtypes, int_dtypes, seeded_floats
 from strategies.grids import grid_thws
 

@@ -10,8 +10,7 @@ from typing import Any, Callable, Sequence
 import torch
 from hypothesis import strategies as st
 
-from fuzz.errors import HarnessError
-from fuzz.targets import Impl
+from fuzz.api import HarnessError, Impl
 from strategies.common import INT_DTYPES, devices, fixed_dict, int_dtypes
 
 

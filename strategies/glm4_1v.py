@@ -20,8 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 from hypothesis import strategies as st
 
-from fuzz.errors import HarnessError
-from fuzz.targets import Impl
+from fuzz.api import HarnessError, Impl
 from strategies.common import INT_DTYPES, devices, float_dtypes, in_form, int_dtypes, seeded_floats, tensor_forms
 from strategies.grids import grid_thws
 
@@ -80,7 +79,7 @@ def merged_grid_coords(h: int, w: int, merge: int) -> tuple[torch.Tensor, torch.
     return order(h_coords), order(w_coords)
 
 
-def _coords(spec: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def grid_coords(spec: dict) -> tuple[torch.Tensor, torch.Tensor]:
     shapes, blocks_h, blocks_w = spec["image_shapes"], [], []
     generator = torch.Generator().manual_seed(spec["seed"] + 1)
     for i, length in enumerate(spec["lengths"]):
@@ -122,7 +121,7 @@ class Glm4EmbeddingsInputs:
             raise HarnessError(f"{impl.path} must be Glm4vVisionEmbeddings.forward")
         module = _embedding_module(impl.module, spec)
         device = spec["device"]
-        h_coords, w_coords = _coords(spec)
+        h_coords, w_coords = grid_coords(spec)
         total = h_coords.shape[0]
         embeddings = seeded_floats((total, spec["hidden_size"]), spec["weight_dtype"], spec["seed"] + 2, device)
         lengths = in_form(spec["lengths"], spec["lengths_form"], spec["meta_dtype"], device)

@@ -6,7 +6,7 @@ from functools import lru_cache
 
 from hypothesis import strategies as st
 
-from fuzz.errors import HarnessError
+from fuzz.api import HarnessError
 
 
 @lru_cache(maxsize=None)  # built once per shape of grid (strategies.common says why)

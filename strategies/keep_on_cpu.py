@@ -58,10 +58,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzz.errors import HarnessError
-from fuzz.syncs import consumer_reads
-from fuzz.targets import SIDES as ENGINE_SIDES
-from fuzz.targets import Impl
+from fuzz.api import SIDES as ENGINE_SIDES
+from fuzz.api import HarnessError, Impl, consumer_reads
 from strategies.common import (
     FLOAT_DTYPES,
     INT_DTYPES,

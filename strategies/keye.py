@@ -36,8 +36,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.errors import HarnessError
-from fuzz.targets import Impl
+from fuzz.api import HarnessError, Impl
 from strategies.common import (
     FLOAT_DTYPES,
     INT_DTYPES,
@@ -223,7 +222,7 @@ def _encoder_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> 
     return spec
 
 
-def _passed_position_ids(spec: dict) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+def passed_position_ids(spec: dict) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
     ids = spec["position_ids"]
     if ids["kind"] == "computed":
         return None, None
@@ -248,7 +247,7 @@ class KeyeEncoderRopeInputs:
         _side_module(impl, "KeyeSiglipEncoder")
         device = spec["device"]
         encoder = impl.owner(_config(spec)).to(device)
-        hids, wids = _passed_position_ids(spec)
+        hids, wids = passed_position_ids(spec)
         length = hids.shape[0] if hids is not None else sum(numels(spec["grids"]))
         inputs_embeds = seeded_floats((1, length, spec["hidden_size"]), spec["dtype"], spec["seed"], device)
         cu_seqlens = torch.tensor(running_sum(numels(spec["grids"])), dtype=torch.int32, device=device)

@@ -38,8 +38,7 @@ from typing import Any, Callable, Sequence
 import torch
 from hypothesis import strategies as st
 
-from fuzz.errors import HarnessError
-from fuzz.targets import Impl, release_of
+from fuzz.api import HarnessError, Impl, release_of
 from strategies.common import (
     FLOAT_DTYPES,
     INT_DTYPES,
@@ -192,7 +191,7 @@ def grid_position_ids(grids: list[list[int]]) -> tuple[torch.Tensor, torch.Tenso
     return pids // widths, pids % widths
 
 
-def _explicit_ids(spec: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def explicit_position_ids(spec: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     mode, grids = spec["ids"], spec["grids"]
     if mode == "none":
         return None, None
@@ -248,7 +247,7 @@ class PaddleOCREncoderInputs:
         embeds = seeded_floats((1, total, hidden), spec["embeds_dtype"], spec["seed"], spec["device"])
         grid = _grid_argument(spec)
         cu_seqlens = in_form(spec["cu_seqlens"], spec["cu_form"], spec["cu_dtype"], spec["device"])
-        h_ids, w_ids = _explicit_ids(spec)
+        h_ids, w_ids = explicit_position_ids(spec)
 
         def call() -> dict:
             with torch.inference_mode():

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.targets import Impl
+from fuzz.api import Impl
 from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, fixed_dict, seeded_ints
 
-_DTYPES = {**INT_DTYPES, **FLOAT_DTYPES}
+CALLER_DTYPES_BY_NAME = {**INT_DTYPES, **FLOAT_DTYPES}
 """Target dtypes of the caller model (the 0.28.0 callers pass int32/int64/float32)."""
 
 TORCH_DTYPES = {
@@ -129,7 +129,7 @@ _CALLER_EDGES = (-1000, -1, 0, 1, 1000)
 _CALLER_VALUES = st.tuples(st.integers(0, 16), st.integers(0, 2**31 - 1)).map(
     lambda drawn: seeded_ints(drawn[0], drawn[1], -1000, 1000, _CALLER_EDGES))
 _CALLER_FORMS = _choice(("list", "numpy", "cpu_tensor"))
-_CALLER_DTYPES = _choice((None, *_DTYPES))
+_CALLER_DTYPE_CHOICES = _choice((None, *CALLER_DTYPES_BY_NAME))
 
 
 @st.composite
@@ -251,7 +251,7 @@ class AsyncH2DInputs:
             "device": devices(available),
             "values": _CALLER_VALUES,
             "form": _CALLER_FORMS,
-            "dtype": _CALLER_DTYPES,
+            "dtype": _CALLER_DTYPE_CHOICES,
         })
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
@@ -279,6 +279,6 @@ def _caller_call(spec: dict, function: Callable[..., Any]) -> Callable[[], Any]:
         data = np.asarray(values, dtype=np.int64)
     elif spec["form"] == "cpu_tensor":
         data = torch.tensor(values, dtype=torch.int64)
-    dtype = _DTYPES[spec["dtype"]] if spec["dtype"] else None
+    dtype = CALLER_DTYPES_BY_NAME[spec["dtype"]] if spec["dtype"] else None
     device = spec["device"]
     return lambda: function(data, device=device, dtype=dtype)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 import torch
 from hypothesis import strategies as st
 
-from fuzz.targets import Impl
+from fuzz.api import Impl
 from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, seeded_floats
 
 _DTYPES = {**INT_DTYPES, **FLOAT_DTYPES, "bool": torch.bool}
@@ -67,7 +67,7 @@ def _buffer_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> d
     }
 
 
-def _values(size: Sequence[int], dtype: str, seed: int) -> torch.Tensor:
+def seeded_buffer_values(size: Sequence[int], dtype: str, seed: int) -> torch.Tensor:
     """Deterministic host values of ``dtype`` (never all zeros: the buffer starts zeroed)."""
     if dtype in FLOAT_DTYPES:
         return seeded_floats(tuple(size), dtype, seed, "cpu")
@@ -93,12 +93,12 @@ class CopyToGpuInputs:
         if spec["pin_memory"] != "default":
             options["pin_memory"] = spec["pin_memory"]
         buffer = buffer_class(*spec["size"], **options)
-        host = _values(spec["size"], spec["dtype"], spec["seed"])
+        host = seeded_buffer_values(spec["size"], spec["dtype"], spec["seed"])
         if spec["with_numpy"]:
             buffer.np[...] = host.numpy()  # how the runner fills it
         else:
             buffer.cpu.copy_(host)
-        buffer.gpu.copy_(_values(spec["size"], spec["dtype"], spec["stale_seed"]))  # last step's rows
+        buffer.gpu.copy_(seeded_buffer_values(spec["size"], spec["dtype"], spec["stale_seed"]))  # last step's rows
         copy_to_gpu, n = impl.function, spec["n"]
 
         def call() -> dict[str, torch.Tensor]:

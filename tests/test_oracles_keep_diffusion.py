@@ -142,9 +142,9 @@ def test_ultravox_stand_in_layers_make_the_attention_s_reads_as_the_consumer_s(m
     reads: list[tuple[str, bool]] = []
     item, tolist = torch.Tensor.item, torch.Tensor.tolist
     monkeypatch.setattr(torch.Tensor, "item",
-                        lambda self: reads.append(("item", syncs._in_consumer.get())) or item(self))
+                        lambda self: reads.append(("item", syncs.in_consumer_reads())) or item(self))
     monkeypatch.setattr(torch.Tensor, "tolist",
-                        lambda self: reads.append(("tolist", syncs._in_consumer.get())) or tolist(self))
+                        lambda self: reads.append(("tolist", syncs.in_consumer_reads())) or tolist(self))
     cu = torch.tensor([0, 3, 6], dtype=torch.int32)
     hidden = torch.zeros(6, 4)
     for backend in ("FLASH_ATTN", "TORCH_SDPA"):

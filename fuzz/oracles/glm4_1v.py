@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from fuzz.oracles import Reference, per_spec
 from strategies.common import FLOAT_DTYPES, seeded_floats
-from strategies.glm4_1v import _coords
+from strategies.glm4_1v import grid_coords
 
 # Relative rounding step of each weight dtype (machine epsilon): the tolerance of
 # an output that went through one rounding to it.
@@ -86,7 +86,7 @@ def _token_keys(spec: dict) -> list[tuple[int, int, int, int]] | None:
     resampled grid at a patch -- says nothing about those)."""
     if not spec["image_shapes"]:
         return None
-    h_coords, w_coords = (c.long().tolist() for c in _coords({**spec, "device": "cpu"}))
+    h_coords, w_coords = (c.long().tolist() for c in grid_coords({**spec, "device": "cpu"}))
     keys, token = [], 0
     for (height, width), length in zip(_block_shapes(spec), spec["lengths"]):
         for _ in range(length):

@@ -221,9 +221,9 @@ def _grid_built_ids(spec: dict) -> bool:
 def _encoder_positions(spec: dict) -> list[tuple[int, int]]:
     if _grid_built_ids(spec):
         return patch_positions(flat_grids(spec))
-    from strategies.keye import _passed_position_ids  # the wide input itself: random ids drawn from the seed
+    from strategies.keye import passed_position_ids  # the wide input itself: random ids drawn from the seed
 
-    hids, wids = _passed_position_ids(spec)
+    hids, wids = passed_position_ids(spec)
     return list(zip(hids.tolist(), wids.tolist()))
 
 

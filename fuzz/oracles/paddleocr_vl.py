@@ -65,9 +65,9 @@ def _grid_built_ids(spec: dict) -> bool:
 def _positions(spec: dict) -> list[tuple[int, int]]:
     if _grid_built_ids(spec):
         return patch_positions(_grids(spec))
-    from strategies.paddleocr_vl import _explicit_ids  # the wide input itself: random ids from the seed
+    from strategies.paddleocr_vl import explicit_position_ids  # the wide input itself: random ids from the seed
 
-    h_ids, w_ids = _explicit_ids(spec)
+    h_ids, w_ids = explicit_position_ids(spec)
     return list(zip(h_ids.tolist(), w_ids.tolist()))
 
 

@@ -24,15 +24,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from strategies.torch_utils import _DTYPES, SPECIAL_FLOATS, TORCH_DTYPES, build_source
+from strategies.torch_utils import CALLER_DTYPES_BY_NAME, SPECIAL_FLOATS, TORCH_DTYPES, build_source
 
 
 def _requested(spec: dict) -> torch.dtype | None:
-    """The dtype the call asks for (caller specs name theirs in ``_DTYPES``, wide ones in ``TORCH_DTYPES``)."""
+    """The dtype the call asks for (caller specs name theirs in ``CALLER_DTYPES_BY_NAME``, wide ones in
+    ``TORCH_DTYPES``)."""
     name = spec["dtype"]
     if name is None:
         return None
-    return TORCH_DTYPES[name] if "shape" in spec else _DTYPES[name]
+    return TORCH_DTYPES[name] if "shape" in spec else CALLER_DTYPES_BY_NAME[name]
 
 
 def _source(spec: dict) -> Any:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from strategies.v1_utils import _values
+from strategies.v1_utils import seeded_buffer_values
 
 
 def _rows(spec: dict) -> int | None:
@@ -64,8 +64,8 @@ def copy_to_gpu_copies_the_rows_in_use(spec: dict, output: Any) -> str | None:
     if rows is None:
         return None
     gpu = parts["gpu"]
-    host = _values(spec["size"], spec["dtype"], spec["seed"])
-    stale = _values(spec["size"], spec["dtype"], spec["stale_seed"])
+    host = seeded_buffer_values(spec["size"], spec["dtype"], spec["seed"])
+    stale = seeded_buffer_values(spec["size"], spec["dtype"], spec["stale_seed"])
     if gpu.shape != host.shape or gpu.dtype != host.dtype:
         return f"device buffer is {tuple(gpu.shape)} {gpu.dtype}, allocated {tuple(host.shape)} {host.dtype}"
     if not torch.equal(gpu[:rows], host[:rows]):
@@ -92,7 +92,7 @@ def copy_to_gpu_returns_the_copied_rows(spec: dict, output: Any) -> str | None:
         return f"copy_to_gpu({spec['n']}) returned shape {tuple(returned.shape)}, expected {want_shape}"
     if output["returned"].device.type != torch.device(spec["device"]).type:
         return f"copy_to_gpu returned a tensor on {output['returned'].device}, not on {spec['device']}"
-    host = _values(spec["size"], spec["dtype"], spec["seed"])
+    host = seeded_buffer_values(spec["size"], spec["dtype"], spec["seed"])
     if returned.dtype != host.dtype or not torch.equal(returned, host[:rows]):
         return f"copy_to_gpu({spec['n']}) returned values that are not the host rows [:{rows}]"
     return None
@@ -104,7 +104,7 @@ def copy_to_gpu_leaves_the_host_alone(spec: dict, output: Any) -> str | None:
     parts, problem = _parts(output)
     if problem:
         return problem
-    host = _values(spec["size"], spec["dtype"], spec["seed"])
+    host = seeded_buffer_values(spec["size"], spec["dtype"], spec["seed"])
     if parts["cpu"].shape != host.shape or not torch.equal(parts["cpu"], host):
         return "copy_to_gpu changed the host buffer"
     return None
