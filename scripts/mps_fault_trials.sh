@@ -8,7 +8,7 @@
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 SYNCFUZZ_TARGET_MODULES=tests.gpu_faults
-TRIALS=${TRIALS:-5}; BUDGET=${BUDGET:-10}
+TRIALS=${TRIALS:-5}; BUDGET=${BUDGET:-20}  # 8 s was too short: 8 workers starting under MPS take > 7 s
 real="--target fla-chunk-indices --target glm4v-embeddings --target paddleocr-encode-image --target ernie-rot-pos-emb
       --target diffusion-gemma-states --target keep-on-cpu-interns1-num-patches --target cpu-gpu-buffer-copy-to-gpu"
 mps_left() { ps -eo stat,comm | awk '$1 !~ /^Z/ && $2 ~ /^nvidia-cuda-mps/' | wc -l; }
