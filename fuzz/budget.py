@@ -11,7 +11,7 @@ later shares, whatever order and timing the scheduler (pytest-xdist) starts
 items in. The older rule split the time left over "waves" of items not
 yet started and ignored the items still running: on 16 workers the first wave
 got up to 1.3x its share, later ones more, and 6 of 42 items of a 150 s nightly
-got nothing (H200 host, 2026-12-01). tests/test_budget.py simulates 1-64 workers.
+got nothing (H200 host, 2026-12-01). tests/unit/test_budget.py simulates 1-64 workers.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A run crosses process boundaries: the isolated fuzz worker, each xdist worker,
 ``--confirm``'s fresh replay processes and, much later, ``replay`` of a saved
 repro file. Each of them receives the whole ``RunConfig`` as JSON and rebuilds
 it with ``from_json``; nothing copies fields by hand, so a setting added here
-reaches every process (tests/test_config.py sends every field through every
+reaches every process (tests/unit/test_config.py sends every field through every
 boundary). Unknown keys are refused: a file written by another version, or
 edited by hand, is an error, not a silently different run.
 

@@ -20,7 +20,7 @@ What is merged then adds up: entries of the same target sum their examples,
 verdict counts and sync histograms per device and keep each failure once
 (``Failure.signature``). A merge of every shard of a run therefore equals
 that run's own report in its counts and failures (not its seconds or
-placement; tests/test_merge.py runs it). A merge missing some shards is still
+placement; tests/unit/test_merge.py runs it). A merge missing some shards is still
 written, with ``complete: false`` and the ``missing`` shards in its scope, and
 can be merged again with them. The exit code follows the run's rule. Each input's machine use
 (``run.machine``: rates, GPU readings, sharing) is kept as ``run.machines``, one per input with its file

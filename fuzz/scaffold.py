@@ -408,7 +408,7 @@ def _planted_stub(name: str, module: str) -> str:
 
 Scaffolded by `python -m fuzz new-target`. Each is a one-edit mutant of the optimized copy:
 Plant(name, base_target, module, old, new, why); ``old`` must occur once in the copy.
-tests/test_targets.py wants at least one of each.
+tests/unit/test_targets.py wants at least one of each.
 """
 
 from tests.planted.plant import Plant
@@ -558,6 +558,6 @@ def cmd_new_target(args: argparse.Namespace) -> int:
     for line in result.todo:
         print(f"  - {line}")
     print(f"\nthen: python -m fuzz provenance --target {args.name}; python -m fuzz run --target {args.name} "
-          f"--max-examples 200; python -m pytest -q tests/test_targets.py tests/test_planted.py "
+          f"--max-examples 200; python -m pytest -q tests/unit/test_targets.py tests/e2e/test_planted.py "
           f"(docs/adding-a-target.md ends with every check)")
     return 0

@@ -45,7 +45,7 @@ sizes, masks and attention metadata.
 The ``_get_mm_fields_config`` copies are what the input models call to place
 the fields: their ``MultiModalFieldConfig`` stand-in records the ``keep_on_cpu``
 flag (never passed by these 0.27.1 configs, so it reads False: every field goes
-to the device), and tests/test_keep_on_cpu.py checks the placement against it.
+to the device), and tests/unit/test_keep_on_cpu.py checks the placement against it.
 """
 
 import math  # ADAPTED: phi4mm.py imports math; one import block for the four files

@@ -50,7 +50,7 @@ the code under test is the code that turns the field into Python ints, split
 sizes, masks and attention metadata.
 The ``_get_mm_fields_config`` copies are what the input models call to place
 the fields: their ``MultiModalFieldConfig`` stand-in records the ``keep_on_cpu``
-flag, the host for each field that sets it, and tests/test_keep_on_cpu.py checks
+flag, the host for each field that sets it, and tests/unit/test_keep_on_cpu.py checks
 the placement against it.
 """
 

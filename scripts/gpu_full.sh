@@ -21,6 +21,6 @@ run() { echo "== python -m fuzz $*"; python3 -m fuzz "$@"; echo "exit $?"; }
   for c in caller wide stress planted; do cp /tmp/c-$c/failures/*.json "$FAILS/" 2>/dev/null; done
   for f in /tmp/c-planted/failures/*.json; do [ -e "$f" ] && run replay "$f"; done
 } 2>&1 | tee "$OUT/session.log"
-python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_gpu.py tests/test_keye.py tests/test_ernie45_vl.py tests/test_paddleocr_vl.py tests/test_diffusion_gemma.py tests/test_keep_on_cpu.py > "$OUT/pytest.log" 2>&1; echo "pytest exit $?" | tee -a "$OUT/session.log"
+python3 -m pytest -q -n 4 -p no:cacheprovider tests/gpu/test_gpu.py tests/unit/test_keye.py tests/unit/test_ernie45_vl.py tests/e2e/test_paddleocr_vl.py tests/unit/test_diffusion_gemma.py tests/unit/test_keep_on_cpu.py > "$OUT/pytest.log" 2>&1; echo "pytest exit $?" | tee -a "$OUT/session.log"
 tail -5 "$OUT/pytest.log" | tee -a "$OUT/session.log"
 tar -C "$FAILS" -cf "$OUT/failures.tar" .

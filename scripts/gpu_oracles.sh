@@ -17,6 +17,6 @@ run() { echo "== python -m fuzz $*"; timeout "$T" python3 -m fuzz "$@"; echo "ex
   unset SYNCFUZZ_TARGET_MODULES
   for c in wide stress planted; do cp /tmp/c-$c/failures/*.json "$FAILS/" 2>/dev/null; done
 } 2>&1 | tee "$OUT/session.log"
-timeout 110 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_gpu.py -k "sync_regression or hidden or reused_staging or optimized_offsets" > "$OUT/pytest.log" 2>&1; echo "pytest exit $?" | tee -a "$OUT/session.log"
+timeout 110 python3 -m pytest -q -n 4 -p no:cacheprovider tests/gpu/test_gpu.py -k "sync_regression or hidden or reused_staging or optimized_offsets" > "$OUT/pytest.log" 2>&1; echo "pytest exit $?" | tee -a "$OUT/session.log"
 tail -25 "$OUT/pytest.log" | tee -a "$OUT/session.log"
 tar -C "$FAILS" -cf "$OUT/failures.tar" .

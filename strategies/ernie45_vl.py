@@ -11,7 +11,7 @@ How 0.28.0's callers build them (vllm/model_executor/models/ernie45_vl.py):
 * ``prepare_encoder_metadata`` is called by the eager ``forward`` with that
   device tensor, ``num_pad=0`` and ``device=hidden_states.device``. The graph
   paths pass lists plus ``max_batch_size``/``max_seqlen_override``, which the
-  0.27.1 inline block never saw (tests/test_ernie45_vl.py covers them).
+  0.27.1 inline block never saw (tests/unit/test_ernie45_vl.py covers them).
 * The graph paths (``ernie-encoder-metadata-graph``): capture passes
   ``[[1, m, ceil(budget / B) * m]] * B`` with ``max_batch_size=B``,
   ``max_seqlen_override=budget * m**2`` and ``device``; replay passes the

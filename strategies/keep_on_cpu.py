@@ -15,7 +15,7 @@ asks the side's own field configuration where that is:
   or self-test mutant of it, a module rebuilt from another release, or vllm's)
   with an empty ``hf_inputs`` and reads which fields it marks ``keep_on_cpu``.
   For the copies that is nothing in 0.27.1 and exactly ``KEPT_FIELDS`` in
-  0.28.0 (tests/test_keep_on_cpu.py checks it). A module without that method
+  0.28.0 (tests/unit/test_keep_on_cpu.py checks it). A module without that method
   (a release older than the copies) falls back to the side rule below.
 * ``field_side(side)``: the engine says which side it builds inputs for
   (``materialize(spec, impl, side)``). ``"legacy"`` reads ``spec["field_on"]
@@ -32,7 +32,7 @@ asks the side's own field configuration where that is:
   (``"cpu"``, a form the 0.27.1 code accepted); the optimized side follows its
   config in both contracts, because ``keep_on_cpu`` is part of the 0.28.0
   contract (on a device it would still compute the same values, only with the
-  syncs the PR removed -- see tests/test_keep_on_cpu.py, which forces
+  syncs the PR removed -- see tests/unit/test_keep_on_cpu.py, which forces
   ``"device"``). Specs saved before the placement came from the configs name
   it outright (``{"legacy": "device", "optimized": "cpu"}``) and replay as before.
 
@@ -79,7 +79,7 @@ FIELD_PLACES = ("engine", "device", "cpu")
 CALLER_PLACEMENT = {"legacy": "engine", "optimized": "engine"}
 # The fields PR #52369 marks keep_on_cpu, by the processor whose
 # _get_mm_fields_config marks them. The copies' configs say exactly this
-# (tests/test_keep_on_cpu.py); the placement reads the configs themselves and
+# (tests/unit/test_keep_on_cpu.py); the placement reads the configs themselves and
 # falls back to this table only for a module that has no config.
 KEPT_FIELDS = {
     "UltravoxMultiModalProcessor": ("audio_lens",),

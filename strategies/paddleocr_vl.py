@@ -228,7 +228,7 @@ class PaddleOCREncoderInputs:
 
     ``known_findings=False`` leaves out the wide inputs known to diverge
     (explicit ids past ``max(h, w)``, an empty batch, grids with a zero
-    extent; docs in tests/test_paddleocr_vl.py), so a wide run can look for
+    extent; docs in tests/e2e/test_paddleocr_vl.py), so a wide run can look for
     other divergences.
     """
 

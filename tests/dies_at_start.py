@@ -1,7 +1,7 @@
 """A target module whose first fuzz worker dies while importing it, before its first example.
 
 Under CUDA MPS that is how a worker looks when another client's fault ended its context while it
-was starting; tests/test_gpushare.py checks that a fresh worker is started instead of a fuzzer error.
+was starting; tests/e2e/test_gpushare.py checks that a fresh worker is started instead of a fuzzer error.
 Registered with ``SYNCFUZZ_TARGET_MODULES=tests.dies_at_start``; a marker file
 (``SYNCFUZZ_TEST_DIES_AT_START``) makes it die once.
 """

@@ -111,7 +111,7 @@ def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: 
 
     An invariant that raises on an output is reported as violated by it: a
     mutant's garbage output must not end the run, and the real copies' outputs
-    are tested never to make one raise (tests/test_oracles_*.py)."""
+    are tested never to make one raise (tests/unit/test_oracles_*.py)."""
     from fuzz.compare import Mismatch
 
     found = []

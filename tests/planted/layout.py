@@ -3,7 +3,7 @@
 Only a target that declares ``Comparison(layout=True)`` reports them
 (docs/verdicts.md#layout). ``BUGS`` show under the caller contract;
 ``WIDE_BUGS`` only on inputs the caller model never draws (2-D data for
-``async_tensor_h2d``), so tests/test_layout.py fuzzes them under ``wide``.
+``async_tensor_h2d``), so tests/e2e/test_layout.py fuzzes them under ``wide``.
 """
 
 from tests.planted.plant import Plant

@@ -1,8 +1,8 @@
 """Planted bugs and benign refactors for paddleocr_vl (docs/design.md row 5).
 
 ``BUGS`` and ``BENIGN`` are fuzzed under the caller contract by
-tests/test_planted.py. ``WIDE_BUGS`` only show on inputs today's callers never
-build (several or nested grids), so tests/test_paddleocr_vl.py fuzzes them
+tests/e2e/test_planted.py. ``WIDE_BUGS`` only show on inputs today's callers never
+build (several or nested grids), so tests/e2e/test_paddleocr_vl.py fuzzes them
 under the wide contract.
 """
 

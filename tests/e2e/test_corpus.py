@@ -13,7 +13,7 @@ from fuzz.config import RunConfig
 from fuzz.journals import prune_journals
 from fuzz.runner import _database_key, fuzz_target
 from fuzz.targets import lookup
-from tests.test_sides import FLA, tree
+from tests.e2e.test_sides import FLA, tree
 
 # Offsets one too high for a sequence longer than 50 only: found after some examples, not at the first.
 LATE_BUG = {FLA: ("triton.cdiv(prepare_lens(cu_seqlens), chunk_size)]",

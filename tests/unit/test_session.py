@@ -11,7 +11,7 @@ from fuzz.config import RunConfig
 from fuzz.model import EXIT_FAILURE, EXIT_OK
 from fuzz.session import run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_run_returns_its_report_and_prints_nothing(tmp_path, capsys):

@@ -12,7 +12,7 @@ from fuzz.codediff import Change, changed_definitions, definitions, digest, dige
 from fuzz.packs import PackSource, catalog_paths
 from fuzz.provenance.sources import TextSource
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BASE = textwrap.dedent('''\
     import torch

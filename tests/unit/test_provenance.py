@@ -30,7 +30,7 @@ from fuzz.provenance import TextSource, check_copy
 from fuzz.targets import Target
 from fuzz.versions import DEFAULT_PAIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM_PATH = "vllm/model_executor/models/toy.py"
 
 UPSTREAM = '''\

@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover -- the layout before the split
     from fuzz import reach as data
 
 ReachError = data.ReachError
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- records

@@ -19,7 +19,7 @@ from fuzz.merge import read_report
 from fuzz.model import Failure, Report
 from fuzz.report import closing_line, summary_rows
 
-H200 = Path(__file__).parent / "data" / "h200-cuda.json"
+H200 = Path(__file__).parents[1] / "data" / "h200-cuda.json"
 PLANTED = "<script>alert('planted')</script>"
 
 

@@ -98,7 +98,7 @@ def test_a_failure_in_a_case_of_several_specs_shrinks_to_its_own_spec():
 
 def test_an_exhausted_input_space_ends_the_target():
     (base,) = lookup(["fla-chunk-offsets"])
-    target = dataclasses.replace(base, name="tiny", inputs="tests.test_runner:TinyInputs", invariants=(),
+    target = dataclasses.replace(base, name="tiny", inputs="tests.e2e.test_runner:TinyInputs", invariants=(),
                                  no_invariants="test", reference=None)
     outcome = fuzz(target, max_examples=500)
     assert 1 <= outcome.examples < 500 and not outcome.failures  # stopped, did not loop on fresh seeds

@@ -20,7 +20,7 @@ try:
 except ImportError:  # pragma: no cover -- the layout before the JSON model moved out of fuzz/reach.py
     from fuzz import reach as data
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 INDEX = "vllm/third_party/flash_linear_attention/ops/index.py"
 SIDES_ARGS = ["--legacy", "vllm==0.28.0", "--optimized", "vllm==0.33.0"]
 

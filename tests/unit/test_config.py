@@ -40,7 +40,7 @@ def _other_than(field: dataclasses.Field, hint: object) -> object:
         return (default or 0.0) + 12.5
     if str in options:
         return f"value-of-{field.name}"
-    raise AssertionError(f"tests/test_config.py cannot make a value for RunConfig.{field.name} ({hint}): add one")
+    raise AssertionError(f"tests/unit/test_config.py cannot make a value for RunConfig.{field.name} ({hint}): add one")
 
 
 def everything_set() -> RunConfig:

@@ -21,7 +21,7 @@ from fuzz.runner import TallyCounter, fuzz_target
 from fuzz.sides import bind_sides
 from fuzz.syncrule import optimized_descends, sync_rule
 from fuzz.targets import lookup
-from tests.test_sides import FLA, tree
+from tests.e2e.test_sides import FLA, tree
 
 OFFSETS = "fla-chunk-offsets"
 CUDA_SPEC = {"device": "cuda", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_size": 2}

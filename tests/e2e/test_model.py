@@ -164,7 +164,7 @@ def test_a_malformed_report_is_one_line_and_exit_2(name, tmp_path, capsys):
 
 def _write(tmp_path, name, *entries, shard=(1, 1)) -> str:
     """A report of shard ``shard`` of one run plan, as a fresh invocation writes it (its own run id):
-    merge-reports refuses reports whose scopes are not disjoint shards of one run (tests/test_merge.py)."""
+    merge-reports refuses reports whose scopes are not disjoint shards of one run (tests/unit/test_merge.py)."""
     from fuzz.config import RunConfig
     from fuzz.scope import run_scope
 

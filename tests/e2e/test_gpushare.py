@@ -189,7 +189,7 @@ GUARDED_RUN = textwrap.dedent('''\
 def test_no_daemon_is_left_when_the_run_is_stopped_or_dies(fake_mps, tmp_path, how):
     """SIGTERM: the run's own clean-up quits the daemon. SIGKILL of the run's process: its guardian sees
     the pipe from the run close and quits it."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     child = subprocess.Popen([sys.executable, "-c", GUARDED_RUN, str(tmp_path / "j"),
                               str(tmp_path / "no-default-daemon"), how],
                              stdout=subprocess.PIPE, text=True, cwd=root,

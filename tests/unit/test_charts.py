@@ -14,7 +14,7 @@ from fuzz import charts
 from fuzz.merge import read_report
 from fuzz.model import DeviceTally, Failure, Report, TargetEntry
 
-H200 = Path(__file__).parent / "data" / "h200-cuda.json"  # a real `fuzz run --device cuda` on an H200
+H200 = Path(__file__).parents[1] / "data" / "h200-cuda.json"  # a real `fuzz run --device cuda` on an H200
 
 
 @pytest.fixture(scope="module")

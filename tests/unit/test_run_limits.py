@@ -97,4 +97,4 @@ def test_the_budget_that_left_a_target_untested_is_refused_with_the_minimum():
         check_budget(30.0, 22, 1, 3)
     message = str(refused.value)
     assert "use --budget 74 or more" in message and "starting it" in message and "\n" not in message
-    check_budget(1.2, 2, 1, 3, isolated=False)  # tests/test_model.py's in-process run: still accepted
+    check_budget(1.2, 2, 1, 3, isolated=False)  # tests/e2e/test_model.py's in-process run: still accepted

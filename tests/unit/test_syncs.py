@@ -1,4 +1,4 @@
-"""The hidden-sync detector's rule, checked without a GPU (tests/test_gpu.py runs it on CUDA)."""
+"""The hidden-sync detector's rule, checked without a GPU (tests/gpu/test_gpu.py runs it on CUDA)."""
 
 from __future__ import annotations
 

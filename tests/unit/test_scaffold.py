@@ -16,7 +16,7 @@ from fuzz import scaffold
 from fuzz.cli import main
 from fuzz.errors import UsageError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PATH = "vllm/v1/toy_utils.py"
 PAIR = ("0.29.0", "0.30.0")
 

@@ -12,7 +12,7 @@ from fuzz.repro import load_repro
 from fuzz.targets import lookup
 from fuzz.triage import load_known_issues
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPROS = sorted((ROOT / "docs" / "findings" / "repros").glob("*.json"))
 
 

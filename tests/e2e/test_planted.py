@@ -27,7 +27,7 @@ def _first_per(plants, key) -> list:
 
 
 # By default one planted bug and one benign refactor per copied module (every
-# target is fuzzed by default in tests/test_targets.py); `-m slow` runs them all.
+# target is fuzzed by default in tests/unit/test_targets.py); `-m slow` runs them all.
 @pytest.mark.parametrize("name", _first_per(planted.BUGS, lambda plant: plant.module))
 def test_planted_bug_is_reported(name):
     outcome = fuzz(BUGS[name].target(), max_examples=DETECTION_LIMIT)

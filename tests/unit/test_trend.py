@@ -20,7 +20,7 @@ from fuzz.trend import (
     what_changed,
 )
 
-H200 = Path(__file__).parent / "data" / "h200-cuda.json"  # a real `fuzz run --device cuda` on an H200
+H200 = Path(__file__).parents[1] / "data" / "h200-cuda.json"  # a real `fuzz run --device cuda` on an H200
 SINCE = "since 2026-11-30 02:17: "
 
 

@@ -1,0 +1,1 @@
+"""End-to-end tests: whole fuzz runs, worker processes, replays, signals (README: Tests)."""
