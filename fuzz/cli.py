@@ -22,18 +22,7 @@ from typing import Sequence
 from fuzz import journals
 from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError, UsageError
-from fuzz.limits import (  # noqa: F401 -- the run limits, also read from here by tests and bench
-    CONFIRM_SHARE,
-    MEMORY_PER_WORKER_MIB,
-    MIN_EXAMPLE_TIMEOUT,
-    MIN_SECONDS_PER_ITEM,
-    WORKER_START_SECONDS,
-    XDIST_START_SECONDS,
-    XDIST_WORKER_START_SECONDS,
-    check_budget,
-    check_workers,
-    min_budget,
-)
+from fuzz.limits import MIN_EXAMPLE_TIMEOUT, check_workers
 from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from fuzz.packs import add_parser as add_sources_parser
 from fuzz.packs import cmd_sources

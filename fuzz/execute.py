@@ -110,10 +110,11 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
         try:
             thunk = target.input_model().materialize(spec, impl, form)
         except Exception as exc:  # a strategy bug, not a verdict
-            if fatal_cuda_error(exc) is not None:
+            fatal = fatal_cuda_error(exc)
+            if fatal is not None:
                 # The process' CUDA context is gone, whoever ended it: under MPS another client's illegal
                 # address surfaces in the next CUDA call, often here (H200, docs/gpu-sharing.md#faults).
-                raise CudaContextLost(side, Raised.of(fatal_cuda_error(exc)).message) from exc
+                raise CudaContextLost(side, Raised.of(fatal).message) from exc
             raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
         # No synchronize before the call: both detectors count synchronizing
         # *calls*, not waiting, so queued work from building the inputs cannot

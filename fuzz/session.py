@@ -203,9 +203,13 @@ def _fuzz(targets: list, items: list, config: RunConfig, corpus: Path, seconds: 
         if sampler is not None:
             sampler.__exit__(None, None, None)
             gpu = sampler.summary()
-        share = sharing.to_json() if sharing is not None else {
-            "asked": config.gpu_share, "mode": "own-gpu" if "cuda" in config.devices else "none",
-            "workers": config.workers, "note": "one worker: no GPU to share" if config.gpu_share == "mps" else None}
+        if sharing is None:  # one worker, in this process: nothing shared (fuzz.gpushare is for --workers)
+            from fuzz.gpushare import Sharing
+
+            sharing = Sharing(asked=config.gpu_share, mode="own-gpu" if "cuda" in config.devices else "none",
+                              workers=config.workers,
+                              note="one worker: no GPU to share" if config.gpu_share == "mps" else None)
+        share = sharing.to_json()
         share["victims_replayed"] = sum(p.get("mps_victims_replayed", 0) for e in entries for p in e.placement)
         left = sorted({p["left_mps"] for e in entries for p in e.placement if p.get("left_mps")})
         if left:  # a worker went on time-sliced after a fault: the run was not all MPS

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import fuzz.cli as cli
 import fuzz.limits as limits
-from fuzz.cli import (
+from fuzz.cli import main
+from fuzz.errors import UsageError
+from fuzz.limits import (
     CONFIRM_SHARE,
     MEMORY_PER_WORKER_MIB,
     MIN_SECONDS_PER_ITEM,
@@ -14,10 +15,8 @@ from fuzz.cli import (
     XDIST_START_SECONDS,
     XDIST_WORKER_START_SECONDS,
     check_budget,
-    main,
     min_budget,
 )
-from fuzz.errors import UsageError
 
 
 @pytest.fixture
@@ -32,26 +31,26 @@ def host(monkeypatch):
 
 def test_workers_up_to_the_cores_are_accepted(host):
     for workers in (1, 2, 4):
-        cli.check_workers(workers)
+        limits.check_workers(workers)
 
 
 def test_more_workers_than_cores_is_refused_naming_the_cap(host):
     with pytest.raises(UsageError, match=r"--workers 5 is more than the 4 CPU core\(s\).*use --workers 4 or fewer"):
-        cli.check_workers(5)
+        limits.check_workers(5)
 
 
 def test_more_workers_than_memory_holds_is_refused_naming_the_cap(host):
     host(cores=16, memory=3 * MEMORY_PER_WORKER_MIB + 100)
-    cli.check_workers(3)
+    limits.check_workers(3)
     with pytest.raises(UsageError, match=r"about 640 MiB, so at most 3 fit; use --workers 3 or fewer"):
-        cli.check_workers(4)
+        limits.check_workers(4)
     host(cores=16, memory=None)  # memory unknown (not Linux): the cores alone
-    cli.check_workers(16)
+    limits.check_workers(16)
 
 
 def test_one_worker_is_always_allowed(host):
     host(cores=1, memory=10)
-    cli.check_workers(1)
+    limits.check_workers(1)
 
 
 def test_too_many_workers_is_one_line_and_exit_2_before_any_work(host, capsys, tmp_path):
@@ -65,7 +64,7 @@ def test_this_hosts_own_figures_are_read():
     cores, memory = limits.usable_cores(), limits.available_memory_mib()
     assert cores >= 1 and (memory is None or memory > 0)
     with pytest.raises(UsageError):
-        cli.check_workers(cores + 1)
+        limits.check_workers(cores + 1)
 
 
 # --------------------------------------------------------------------------- budgets and start-up

@@ -60,6 +60,8 @@ def test_the_cli_and_the_session_give_the_same_report(tmp_path):
     config = RunConfig(targets=("glm4v-embeddings",), devices=("cpu",), seed=9, max_examples=30,
                        corpus=str(tmp_path / "b"), isolated=False, confirm=0)
     api = run(config).report.to_json()
-    for key in ("targets",):
-        for a, b in zip(cli[key], api[key]):
-            assert (a["name"], a["verdict"], a["by_device"]) == (b["name"], b["verdict"], b["by_device"])
+    assert len(cli["targets"]) == len(api["targets"]) == 1
+    for a, b in zip(cli["targets"], api["targets"]):
+        assert (a["name"], a["verdict"], a["by_device"], a["failures"]) == (
+            b["name"], b["verdict"], b["by_device"], b["failures"])
+        assert a["examples"] == 30
