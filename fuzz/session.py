@@ -182,7 +182,7 @@ def _fuzz(targets: list, items: list, config: RunConfig, corpus: Path, seconds: 
     sampler = GpuSampler() if "cuda" in config.devices else None
     try:
         if sampler is not None:
-            sampler.__enter__()
+            sampler.start()
         if config.workers > 1:
             from fuzz.gpushare import gpu_sharing
             from fuzz.workers import run_with_xdist, visible_gpus
@@ -201,7 +201,7 @@ def _fuzz(targets: list, items: list, config: RunConfig, corpus: Path, seconds: 
     finally:
         gpu = None
         if sampler is not None:
-            sampler.__exit__(None, None, None)
+            sampler.stop()
             gpu = sampler.summary()
         if sharing is None:  # one worker, in this process: nothing shared (fuzz.gpushare is for --workers)
             from fuzz.gpushare import Sharing
