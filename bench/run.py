@@ -15,7 +15,9 @@ d. the launch-bound limit: one legacy+optimized+compare round per target
 s. where one example's time goes, per target and device: Hypothesis alone
    (the fuzzer's settings, a body that does nothing), spec -> tensors, the two
    calls (with the sync counting armed on CUDA), the comparison, the oracles
-   beyond agreement (fuzz/oracles/), and the fuzzer's own bookkeeping (its
+   beyond agreement (fuzz/oracles/), the consumer's reads (targets with one),
+   each timed by the engine's own hooks (fuzz/stagetimes.py) in
+   fuzz.execute.run_example, and the fuzzer's own bookkeeping (its
    seconds per example less all of those); Hypothesis is measured in the
    fuzzer's shape (1..SPECS_PER_CASE specs per test case) and, for comparison,
    at one spec per case; with the choices Hypothesis makes per spec, its
@@ -48,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 from fuzz.config import RunConfig  # noqa: E402
 from fuzz.execute import run_example  # noqa: E402
 from fuzz.runner import fuzz_target, single_threaded  # noqa: E402
+from fuzz.stagetimes import recording  # noqa: E402
 from fuzz.targets import Target, lookup  # noqa: E402
 
 
@@ -91,11 +94,11 @@ def engine(target: Target, device: str, examples: int, seed: int, coverage: bool
     specs: list[dict] = []
     original = runner.run_example
 
-    def recording(target, spec, **kwargs):  # noqa: ANN001, ANN202
+    def keeping_specs(target, spec, **kwargs):  # noqa: ANN001, ANN202
         specs.append(spec)
         return original(target, spec, **kwargs)
 
-    runner.run_example = recording
+    runner.run_example = keeping_specs
     try:
         start = time.perf_counter()
         outcome = fuzz_target(target, RunConfig(devices=(device,), seed=seed, max_examples=examples,
@@ -220,14 +223,14 @@ def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batc
     from hypothesis import strategies as st
     from hypothesis.control import current_build_context
 
-    from fuzz.runner import _settings
+    from fuzz.runner import hypothesis_settings
 
     strategy = target.input_model().specs((device,), "caller")
     if batch > 1:
         strategy = st.lists(strategy, min_size=1, max_size=batch)
     drawn, choices = [0], [0]
 
-    @_settings(examples, None)
+    @hypothesis_settings(examples, None)
     @hypothesis_seed(seed)
     @given(strategy)
     def test(spec: object) -> None:
@@ -239,51 +242,22 @@ def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batc
     return (time.perf_counter() - start) / max(drawn[0], 1), choices[0] / max(drawn[0], 1)
 
 
+STAGES = ("materialize", "calls", "compare", "oracles")  # always printed; "consumer" only where a target has one
+
+
 def stages(target: Target, specs: list[dict], device: str) -> dict[str, float]:
-    """Seconds per example of each stage of fuzz.execute.run_example, on pre-drawn specs."""
-    import copy
-
-    from fuzz.compare import judge, same_exactly
-    from fuzz.execute import _beyond_agreement, run_side
-    from fuzz.outcome import SideResult
-    from fuzz.syncs import counting_syncs
-
-    model = target.input_model()
-    on_cuda = device == "cuda"
-    spent = {"materialize": 0.0, "calls": 0.0, "compare": 0.0, "oracles": 0.0}
+    """Seconds per example of each stage of fuzz.execute.run_example, on pre-drawn specs: the engine's own
+    path, timed by its own hooks (fuzz/stagetimes.py), so the split cannot drift from what the fuzzer runs.
+    On CUDA each stage syncs before its clock stops, so the kernels it queued count in it."""
     for spec in specs[:3]:
-        run_side(target, "legacy", spec)  # warm-up
-    for spec in specs:
-        results = {}
-        for side in ("legacy", "optimized"):
-            start = time.perf_counter()
-            impl = target.impl(side)
-            thunk = model.materialize(copy.deepcopy(spec), impl, side)
-            built = time.perf_counter()
-            result = SideResult()
-            with counting_syncs(on_cuda):
-                try:
-                    result.value = thunk()
-                except Exception:  # noqa: BLE001 -- exceptions are outputs
-                    result.raised = object()  # type: ignore[assignment]
-            _sync(device)
-            called = time.perf_counter()
-            spent["materialize"] += built - start
-            spent["calls"] += called - built
-            results[side] = result
-        start = time.perf_counter()
-        if results["legacy"].raised or results["optimized"].raised:
-            identical = False
-            verdict, mismatches = judge(SideResult(), SideResult(), target.comparison, None)
-        else:
-            identical = same_exactly(results["legacy"].value, results["optimized"].value)
-            verdict, mismatches = judge(results["legacy"], results["optimized"], target.comparison, None,
-                                        known_equal=identical)
-        compared = time.perf_counter()
-        _beyond_agreement(target, spec, results["legacy"], results["optimized"], verdict, mismatches, identical)
-        spent["compare"] += compared - start
-        spent["oracles"] += time.perf_counter() - compared
-    return {stage: seconds / max(len(specs), 1) for stage, seconds in spent.items()}
+        run_example(target, spec)  # warm-up, unrecorded
+    with recording(sync=torch.cuda.synchronize if device == "cuda" else None) as recorder:
+        for spec in specs:
+            run_example(target, spec)
+    spent = {name: recorder.seconds.get(name, 0.0) for name in STAGES}
+    if recorder.counts.get("consumer"):
+        spent["consumer"] = recorder.seconds["consumer"]
+    return {name: seconds / max(len(specs), 1) for name, seconds in spent.items()}
 
 
 def part_s(targets: list[Target], devices: list[str], examples: int, rows: list[dict],

@@ -26,7 +26,7 @@ SIDES = ("legacy", "optimized", "upstream")
 """The sides an input model materializes for: the two copies and, under
 ``fuzz run --upstream``, the real vllm function."""
 FORM_ATTRIBUTE = "SYNCFUZZ_FORM"
-"""Set on a module rebuilt from an upstream source (fuzz/sides.py): which copy,
+"""Set on a module rebuilt from an upstream source (fuzz/releases/sides.py): which copy,
 legacy or optimized, it was rebuilt from, i.e. how its inputs are materialized."""
 RELEASE_ATTRIBUTE = "SYNCFUZZ_RELEASE"
 """Set on a module rebuilt from an upstream source: the vllm version of that source (``"0.33.0"``), or

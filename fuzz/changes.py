@@ -20,8 +20,7 @@ from fuzz.model import TargetEntry
 
 
 def _source(spec: str, role: str, search: Iterable[str]) -> Any:
-    from fuzz.packs import release_source
-    from fuzz.sides import COPY, side_source
+    from fuzz.releases import COPY, release_source, side_source
     from fuzz.versions import DEFAULT_PAIR
 
     if spec == COPY:
@@ -31,9 +30,7 @@ def _source(spec: str, role: str, search: Iterable[str]) -> Any:
 
 def change_coverage(config: Any, entries: Iterable[TargetEntry], targets: Mapping[str, Any]) -> dict[str, Any] | None:
     """The ``run.changes`` record; None when both sides are the copies (nothing to compare)."""
-    from fuzz.packs import catalog_paths
-    from fuzz.provenance.verify import upstream_files_by_module
-    from fuzz.sides import COPY
+    from fuzz.releases import COPY, catalog_paths, upstream_files_by_module
 
     if config.legacy == COPY and config.optimized == COPY:
         return None

@@ -24,8 +24,6 @@ from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError, UsageError
 from fuzz.limits import MIN_EXAMPLE_TIMEOUT, check_workers
 from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from fuzz.packs import add_parser as add_sources_parser
-from fuzz.packs import cmd_sources
 from fuzz.preflight import (
     check_environment,
     check_no_collisions,
@@ -33,13 +31,17 @@ from fuzz.preflight import (
     check_outputs,
     check_overwrite,
 )
-from fuzz.provenance import add_parser as add_provenance_parser
-from fuzz.provenance import cmd_provenance
 from fuzz.reach_cmd import add_parser as add_coverage_parser
 from fuzz.reach_cmd import cmd_coverage
+from fuzz.releases import (
+    add_new_target_parser,
+    add_provenance_parser,
+    add_sources_parser,
+    cmd_new_target,
+    cmd_provenance,
+    cmd_sources,
+)
 from fuzz.report import closing_line
-from fuzz.scaffold import add_parser as add_new_target_parser
-from fuzz.scaffold import cmd_new_target
 from fuzz.session import markdown_images, write_outputs
 from fuzz.targets import CONTRACTS
 from fuzz.trend import add_parser as add_trend_parser
@@ -295,7 +297,7 @@ def _validate_run(args: argparse.Namespace) -> None:
 def _check_run_collisions(args: argparse.Namespace, outputs: dict[str, Path]) -> None:
     """No output of the run replaces another, --known-issues, a side's wheel or anything the corpus keeps."""
     from fuzz.preflight import refuse_empty
-    from fuzz.provenance.sources import release_version
+    from fuzz.releases import release_version
 
     refuse_empty({"--known-issues": args.known_issues})  # "" was silently no known issues at all
     inputs: dict[str, Path | list[Path]] = {"--known-issues": [Path(args.known_issues)] if args.known_issues else []}
@@ -352,7 +354,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _resolve_sides(args: argparse.Namespace) -> None:
     """--legacy/--optimized checked (one line and exit 2 for a bad one) before any work."""
-    from fuzz.sides import check_side
+    from fuzz.releases import check_side
 
     for folder in args.sources:
         if not folder.strip() or not Path(folder).expanduser().is_dir():  # "" would be the current folder

@@ -1,20 +1,14 @@
 """Compare two sides' outcomes and name the verdict.
 
-Verdicts (most to least severe; see docs/verdicts.md):
+The verdicts, and their severity order, are defined once: fuzz/verdicts.py
+(``SEVERITY``) and docs/verdicts.md. ``crash`` / ``hang`` are decided by the
+isolation layer (fuzz/isolation.py), never by ``judge``; the same exception
+type on both sides agrees (the messages may differ: they often embed
+addresses or sizes).
 
-* ``divergence`` -- the values differ at some leaf, or only one side raised.
-* ``error-mismatch`` -- both raised, with different exception types. Lower
-  than a divergence: both reject the input, they disagree only on how.
-* ``sync-regression`` -- outputs agree, but on CUDA the optimized side made
-  more GPU<->CPU syncs per call than its target declares.
-* ``upstream-divergence`` -- under ``--upstream``: legacy and optimized agree,
-  but our optimized copy differs from the real vllm function (a copy or
-  shim that drifted from upstream, or upstream changed since 0.28.0).
-* ``crash`` / ``hang`` -- the worker process running the example died
-  (device-side assert, segfault, abort) or outran the per-example watchdog;
-  decided by the isolation layer (fuzz/isolation.py), never by ``judge``.
-* ``agree`` -- equal values, or the same exception type on both sides (the
-  messages may differ: they often embed addresses or sizes).
+Messages name the two sides by ``labels`` (``("legacy", "optimized")`` unless
+the caller passes others: the upstream check's ``("copy", "vllm")``, the
+reference oracle's ``("reference", "copy")``), written once, never patched.
 
 Values are walked like ``torch.testing``'s pair chain: sequences and mappings
 recurse, growing a path (``[1]['cu_seqlens']``) so a report names the leaf.
@@ -48,40 +42,47 @@ class Mismatch:
         return {"path": self.path or "<output>", "what": self.what, "detail": self.detail}
 
 
-def compare_values(legacy: Any, optimized: Any, policy: Comparison, path: str = "") -> Iterator[Mismatch]:
-    """Yield every mismatch between two output trees."""
+SIDES = ("legacy", "optimized")
+
+
+def compare_values(legacy: Any, optimized: Any, policy: Comparison, path: str = "",
+                   labels: tuple[str, str] = SIDES) -> Iterator[Mismatch]:
+    """Yield every mismatch between two output trees, the sides named by ``labels``."""
+    la, lb = labels
     if isinstance(legacy, np.ndarray):
         legacy = torch.from_numpy(legacy)
     if isinstance(optimized, np.ndarray):
         optimized = torch.from_numpy(optimized)
     if isinstance(legacy, torch.Tensor) or isinstance(optimized, torch.Tensor):
-        yield from _compare_tensors(legacy, optimized, policy, path)
+        yield from _compare_tensors(legacy, optimized, policy, path, labels)
     elif isinstance(legacy, (list, tuple)) and isinstance(optimized, (list, tuple)):
         if type(legacy) is not type(optimized):
-            yield Mismatch(path, "type", f"legacy {type(legacy).__name__}, optimized {type(optimized).__name__}")
+            yield Mismatch(path, "type", f"{la} {type(legacy).__name__}, {lb} {type(optimized).__name__}")
         if len(legacy) != len(optimized):
-            yield Mismatch(path, "length", f"legacy {len(legacy)}, optimized {len(optimized)}")
+            yield Mismatch(path, "length", f"{la} {len(legacy)}, {lb} {len(optimized)}")
             return
         for i, (a, b) in enumerate(zip(legacy, optimized)):
-            yield from compare_values(a, b, policy, f"{path}[{i}]")
+            yield from compare_values(a, b, policy, f"{path}[{i}]", labels)
     elif isinstance(legacy, dict) and isinstance(optimized, dict):
         if set(legacy) != set(optimized):
-            yield Mismatch(path, "keys", f"legacy {sorted(map(str, legacy))}, optimized {sorted(map(str, optimized))}")
+            yield Mismatch(path, "keys", f"{la} {sorted(map(str, legacy))}, {lb} {sorted(map(str, optimized))}")
         for key in legacy.keys() & optimized.keys():
-            yield from compare_values(legacy[key], optimized[key], policy, f"{path}[{key!r}]")
+            yield from compare_values(legacy[key], optimized[key], policy, f"{path}[{key!r}]", labels)
     elif type(legacy) is not type(optimized):
-        yield Mismatch(path, "type", f"legacy {type(legacy).__name__}, optimized {type(optimized).__name__}")
+        yield Mismatch(path, "type", f"{la} {type(legacy).__name__}, {lb} {type(optimized).__name__}")
     elif legacy != optimized and not _both_nan(legacy, optimized):
-        yield Mismatch(path, "values", f"legacy {legacy!r}, optimized {optimized!r}")
+        yield Mismatch(path, "values", f"{la} {legacy!r}, {lb} {optimized!r}")
 
 
 def _both_nan(a: Any, b: Any) -> bool:
     return isinstance(a, float) and isinstance(b, float) and a != a and b != b
 
 
-def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: str) -> Iterator[Mismatch]:
+def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: str,
+                     labels: tuple[str, str]) -> Iterator[Mismatch]:
+    la, lb = labels
     if not (isinstance(legacy, torch.Tensor) and isinstance(optimized, torch.Tensor)):
-        yield Mismatch(path, "type", f"legacy {type(legacy).__name__}, optimized {type(optimized).__name__}")
+        yield Mismatch(path, "type", f"{la} {type(legacy).__name__}, {lb} {type(optimized).__name__}")
         return
     for what, a, b in (
         ("shape", tuple(legacy.shape), tuple(optimized.shape)),
@@ -89,20 +90,20 @@ def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: str)
         ("device", legacy.device, optimized.device),
     ):
         if a != b:
-            yield Mismatch(path, what, f"legacy {a}, optimized {b}")
+            yield Mismatch(path, what, f"{la} {a}, {lb} {b}")
             return
-    yield from _compare_tensor_values(legacy, optimized, policy, path)
+    yield from _compare_tensor_values(legacy, optimized, policy, path, labels)
     if policy.layout:
-        yield from _compare_layout(legacy, optimized, path)
+        yield from _compare_layout(legacy, optimized, path, labels)
 
 
 def _compare_tensor_values(legacy: torch.Tensor, optimized: torch.Tensor, policy: Comparison,
-                           path: str) -> Iterator[Mismatch]:
+                           path: str, labels: tuple[str, str]) -> Iterator[Mismatch]:
     a, b = legacy.detach().cpu(), optimized.detach().cpu()
     exact = policy.floats == "exact" or not (a.is_floating_point() or a.is_complex())
     if exact:
         if not torch.equal(a, b) and not _equal_with_nans(a, b):
-            yield Mismatch(path, "values", _describe_exact(a, b))
+            yield Mismatch(path, "values", _describe_exact(a, b, labels))
         return
     if _close_fast(a, b):
         return
@@ -143,13 +144,14 @@ def layout_of(tensor: torch.Tensor) -> tuple[tuple[int | None, ...], bool]:
     return tuple(None if n == 1 else s for n, s in zip(sizes, strides)), tensor.is_contiguous()
 
 
-def _compare_layout(legacy: torch.Tensor, optimized: torch.Tensor, path: str) -> Iterator[Mismatch]:
+def _compare_layout(legacy: torch.Tensor, optimized: torch.Tensor, path: str,
+                    labels: tuple[str, str]) -> Iterator[Mismatch]:
     """Checked after the values: a leaf whose values differ too is reported
     (and de-duplicated, fuzz.model.failure_signature) as a value mismatch first."""
     if layout_of(legacy) != layout_of(optimized):
         yield Mismatch(path, "layout", (
-            f"legacy strides {_strides(legacy)} (contiguous {legacy.is_contiguous()}), "
-            f"optimized strides {_strides(optimized)} (contiguous {optimized.is_contiguous()}) "
+            f"{labels[0]} strides {_strides(legacy)} (contiguous {legacy.is_contiguous()}), "
+            f"{labels[1]} strides {_strides(optimized)} (contiguous {optimized.is_contiguous()}) "
             f"for shape {tuple(legacy.shape)}"))
 
 
@@ -163,7 +165,7 @@ def _equal_with_nans(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
-def _describe_exact(a: torch.Tensor, b: torch.Tensor) -> str:
+def _describe_exact(a: torch.Tensor, b: torch.Tensor, labels: tuple[str, str] = SIDES) -> str:
     """assert_close-style text for a bitwise mismatch."""
     differ = (a != b)
     if a.is_floating_point():
@@ -174,7 +176,7 @@ def _describe_exact(a: torch.Tensor, b: torch.Tensor) -> str:
     la = a[first].item() if first else a.item() if a.numel() == 1 else None
     lb = b[first].item() if first else b.item() if b.numel() == 1 else None
     return (
-        f"Mismatched elements: {count} / {a.numel()}; first {at}: legacy {la!r}, optimized {lb!r} "
+        f"Mismatched elements: {count} / {a.numel()}; first {at}: {labels[0]} {la!r}, {labels[1]} {lb!r} "
         f"(bitwise equality required)"
     )
 
@@ -190,8 +192,8 @@ def same_exactly(legacy: Any, optimized: Any) -> bool:
 
 
 def judge(legacy: SideResult, optimized: SideResult, policy: Comparison, expected_syncs: int | None,
-          contract: str = "caller", known_equal: bool = False, rule: str | None = None
-          ) -> tuple[Verdict, list[Mismatch]]:
+          contract: str = "caller", known_equal: bool = False, rule: str | None = None,
+          labels: tuple[str, str] = SIDES) -> tuple[Verdict, list[Mismatch]]:
     """The verdict for one example and the mismatches behind it.
 
     Syncs: under the caller contract the optimized side may make at most the
@@ -201,11 +203,11 @@ def judge(legacy: SideResult, optimized: SideResult, policy: Comparison, expecte
     ``known_equal``: the values were already found ``same_exactly``, which
     passes every policy, so they are not compared again. ``rule``: which rule
     set ``expected_syncs`` (fuzz/syncrule.py ``budget_note``), named in a sync
-    regression's detail.
+    regression's detail. ``labels``: the sides' names in the mismatches' text.
     """
     if legacy.raised or optimized.raised:
-        return _judge_exceptions(legacy, optimized)
-    mismatches = [] if known_equal else list(compare_values(legacy.value, optimized.value, policy))
+        return _judge_exceptions(legacy, optimized, labels)
+    mismatches = [] if known_equal else list(compare_values(legacy.value, optimized.value, policy, labels=labels))
     if mismatches:
         return Verdict.DIVERGENCE, mismatches
     allowed = expected_syncs
@@ -220,13 +222,14 @@ def judge(legacy: SideResult, optimized: SideResult, policy: Comparison, expecte
     return Verdict.AGREE, []
 
 
-def _judge_exceptions(legacy: SideResult, optimized: SideResult) -> tuple[Verdict, list[Mismatch]]:
+def _judge_exceptions(legacy: SideResult, optimized: SideResult,
+                      labels: tuple[str, str] = SIDES) -> tuple[Verdict, list[Mismatch]]:
     if legacy.raised and optimized.raised:
         if legacy.raised.type_name == optimized.raised.type_name:
             return Verdict.AGREE, []
-        detail = f"legacy raised {legacy.raised.type_name}, optimized raised {optimized.raised.type_name}"
+        detail = f"{labels[0]} raised {legacy.raised.type_name}, {labels[1]} raised {optimized.raised.type_name}"
         return Verdict.ERROR_MISMATCH, [Mismatch("", "exception", detail)]
-    side, other = ("legacy", "optimized") if legacy.raised else ("optimized", "legacy")
+    side, other = labels if legacy.raised else labels[::-1]
     raised = legacy.raised or optimized.raised
     assert raised is not None
     detail = f"only {side} raised {raised.type_name}: {raised.message}; {other} returned a value"

@@ -58,7 +58,7 @@ class RunConfig:
     pieces: int = 1  # seeded items per target
     shard: str | None = None  # "i/n": this host's share of the items
     profile: str | None = None  # premerge / nightly, as asked (already applied to the fields)
-    # Each role's code (fuzz/sides.py): "copy", "vllm==X.Y.Z" or an absolute path to a vllm source.
+    # Each role's code (fuzz/releases/sides.py): "copy", "vllm==X.Y.Z" or an absolute path to a vllm source.
     legacy: str = "copy"
     optimized: str = "copy"
     sources: tuple[str, ...] = ()  # folders of source packs (--sources) where vllm==X sides resolve

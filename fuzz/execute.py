@@ -19,6 +19,7 @@ from fuzz.model import failure_signature
 from fuzz.oracles import check_invariants, check_reference, consumer_of
 from fuzz.outcome import Raised, SideResult
 from fuzz.reach import measuring
+from fuzz.stagetimes import stage
 from fuzz.stress import call_under_stress
 from fuzz.syncrule import budget_note, judges_budget, judges_relative, relative_detail, sync_rule
 from fuzz.syncs import consumer_reads, counting_syncs
@@ -107,28 +108,31 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     # upstream code there (keep-on-cpu's field configs decide where each field lives). Not the consumer's
     # reads after the call: those are the harness'.
     with measuring(spec["device"], side) as traced:
-        try:
-            thunk = target.input_model().materialize(spec, impl, form)
-        except Exception as exc:  # a strategy bug, not a verdict
-            fatal = fatal_cuda_error(exc)
-            if fatal is not None:
-                # The process' CUDA context is gone, whoever ended it: under MPS another client's illegal
-                # address surfaces in the next CUDA call, often here (H200, docs/gpu-sharing.md#faults).
-                raise CudaContextLost(side, Raised.of(fatal).message) from exc
-            raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
+        with stage("materialize"):
+            try:
+                thunk = target.input_model().materialize(spec, impl, form)
+            except Exception as exc:  # a strategy bug, not a verdict
+                fatal = fatal_cuda_error(exc)
+                if fatal is not None:
+                    # The process' CUDA context is gone, whoever ended it: under MPS another client's illegal
+                    # address surfaces in the next CUDA call, often here (H200, docs/gpu-sharing.md#faults).
+                    raise CudaContextLost(side, Raised.of(fatal).message) from exc
+                raise HarnessError(f"{target.name}: cannot build inputs for {side} from {spec!r}: {exc!r}") from exc
         # No synchronize before the call: both detectors count synchronizing
         # *calls*, not waiting, so queued work from building the inputs cannot
         # inflate the tally (the one after the call is for late CUDA errors).
         # Under --stress the harness itself syncs (the side stream), so the sync
         # oracle is off for that side: stress runs judge values only.
-        with counting_syncs(on_cuda and not stress) as tally:
+        # The "calls" stage (fuzz/stagetimes.py, bench part s) ends outside the tally, so its sync is not
+        # counted; the consumer's reads are a stage of their own, unsynced inside the tally.
+        with stage("calls"), counting_syncs(on_cuda and not stress) as tally:
             try:
                 result.value = call_under_stress(thunk, on_cuda) if stress else thunk()
             except Exception as exc:  # noqa: BLE001 -- exceptions are outputs: recorded and compared
                 result.raised, error = Raised.of(exc), exc
             traced.stop()
             if consumer is not None and error is None:
-                with consumer_reads():
+                with stage("consumer", sync=False), consumer_reads():
                     try:
                         consumer(spec, result.value)
                     except Exception:  # noqa: BLE001 -- a consumer cannot read a broken output; the
@@ -153,17 +157,19 @@ def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) 
     # Outputs equal under the strictest comparison pass the target's own and give every
     # oracle the same answer, so the oracles are asked once. Most examples' outputs are:
     # one exact pass then costs less than assert_close, and less than the oracles twice.
-    identical = legacy.ok and optimized.ok and same_exactly(legacy.value, optimized.value)
-    verdict, mismatches = judge_under_rule(target, spec, legacy, optimized, config, known_equal=identical)
-    verdict, mismatches, oracles = _beyond_agreement(target, spec, legacy, optimized, verdict, mismatches,
-                                                     identical)
+    with stage("compare"):
+        identical = legacy.ok and optimized.ok and same_exactly(legacy.value, optimized.value)
+        verdict, mismatches = judge_under_rule(target, spec, legacy, optimized, config, known_equal=identical)
+    with stage("oracles"):
+        verdict, mismatches, oracles = _beyond_agreement(target, spec, legacy, optimized, verdict, mismatches,
+                                                         identical)
     if config.upstream and target.upstream_impl and not verdict.failed:
         real = run_side(target, "upstream", spec)
-        third, differences = judge(optimized, real, target.comparison, None, config.contract)
+        third, differences = judge(optimized, real, target.comparison, None, config.contract,
+                                   labels=("copy", "vllm"))
         if third.failed:
             verdict = Verdict.UPSTREAM_DIVERGENCE
-            mismatches = [Mismatch(m.path, m.what, "optimized copy vs real vllm: " + m.detail.replace(
-                "legacy", "copy").replace("optimized", "vllm")) for m in differences]
+            mismatches = [Mismatch(m.path, m.what, "optimized copy vs real vllm: " + m.detail) for m in differences]
             oracles = ("upstream", *oracles)
     return ExampleResult(spec, verdict, mismatches, legacy, optimized, oracles)
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from fuzz.child import apply_env, child_env
+
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_ENV, LOG_ENV = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
 SHARE_ENV = "SYNCFUZZ_GPU_SHARE"  # the workers' mode: "mps" while they are MPS clients
@@ -108,32 +110,6 @@ def wanted_mode(asked: str, workers: int, gpus: int, devices: tuple[str, ...]) -
     if asked == "mps" or (asked == "auto" and shared and workers >= 2):
         return "mps"
     return "time-sliced" if shared else "own-gpu"
-
-
-# The thread pools a worker's libraries start for themselves. torch's intra-op threads are set in the fuzz
-# process (fuzz.runner.single_threaded, SYNCFUZZ_THREADS); these are read from the environment when each
-# library loads, so they must be set before the process starts. Measured on the H200 host (16 cores,
-# 2026-12-02, docs/gpu-runs/2026-12-02-mps-h200.md): a CPU-only 16-worker run of two targets did 1.53x
-# the examples with them at 1 (72,953 vs 47,806 in 20 s); on the 2-core host no difference.
-THREAD_POOL_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def worker_threads_env(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
-    """Each library's threads for a worker process: SYNCFUZZ_THREADS (default 1, as torch's), unless the
-    caller's environment sets the variable itself."""
-    environ = os.environ if environ is None else environ
-    threads = environ.get("SYNCFUZZ_THREADS", "1")
-    return {name: threads for name in THREAD_POOL_ENV if name not in environ}
-
-
-def apply_env(env: dict[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
-    """``env`` with ``changes`` applied (a None value removes the variable)."""
-    for name, value in changes.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    return env
 
 
 def outside_mps_changes() -> dict[str, str | None]:
@@ -255,7 +231,7 @@ class Daemon:
         self.guardian = subprocess.Popen([sys.executable, "-m", "fuzz.gpushare", "--guard", self.pipe_dir],
                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, start_new_session=True,
-                                         env=_package_env())
+                                         env=child_env(threads=False))
         return None
 
     def stop(self) -> str | None:
@@ -293,13 +269,6 @@ def stop_daemon(pipe_dir: str) -> str | None:
             time.sleep(1.0)
     left = daemon_pids(pipe_dir)
     return f"MPS processes {left} still run after quit, SIGTERM and SIGKILL" if left else None
-
-
-def _package_env() -> dict[str, str]:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return env
 
 
 def _guard(pipe_dir: str) -> int:

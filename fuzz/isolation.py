@@ -34,17 +34,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from fuzz.child import apply_env, child_env, config_payload, read_back, send_back
 from fuzz.config import Hooks, RunConfig
-from fuzz.errors import FuzzError, HarnessError
-from fuzz.gpushare import (
-    READY_WAIT_S,
-    apply_env,
-    outside_mps,
-    outside_mps_changes,
-    under_mps,
-    wait_until_ready,
-    worker_threads_env,
-)
+from fuzz.errors import FuzzError
+from fuzz.gpushare import READY_WAIT_S, outside_mps, outside_mps_changes, under_mps, wait_until_ready
 from fuzz.interrupts import die_with_parent
 from fuzz.model import DeviceTally, TargetEntry
 from fuzz.outputs import write_json
@@ -75,7 +68,8 @@ class Isolation:
     _started: int = field(default=0, init=False, repr=False, compare=False)
 
     def full_env(self) -> dict[str, str]:
-        """The environment a worker process gets."""
+        """This process' environment with the workers' changes: what MPS is judged by and an MPS victim's
+        replay starts from (the worker's own adds the repo root and thread pools, ``worker_env``)."""
         return apply_env(dict(os.environ), self.env or {})
 
     def under_mps(self) -> bool:
@@ -126,7 +120,7 @@ def _serve() -> int:
 def job_args(target: str, config: RunConfig, *, first_chunk: int, ends_at: float | None, journal: Path,
              result: Path) -> dict:
     """One job for the worker: the whole run config plus this job's own facts."""
-    return {"target": target, "config": config.to_json(), "first_chunk": first_chunk, "ends_at": ends_at,
+    return {"target": target, "config": config_payload(config), "first_chunk": first_chunk, "ends_at": ends_at,
             "journal": str(journal), "result": str(result)}
 
 
@@ -185,8 +179,8 @@ def _run_job(args_path: str) -> None:
     finally:
         os.close(journal_fd)
     # The config as the worker read it goes back with the result: the parent
-    # checks that nothing was lost on the way.
-    write_json(Path(args["result"]), {"config": config.to_json(), "entry": outcome.entry().to_json()})
+    # checks that nothing was lost on the way (fuzz/child.py).
+    send_back(Path(args["result"]), config, entry=outcome.entry().to_json())
 
 
 # ---------------------------------------------------------------- parent side
@@ -322,15 +316,17 @@ def _crash_entry(target: Target, config: RunConfig, total: TargetEntry, crash: A
                        first_failure_at=total.examples + 1)
 
 
+def worker_env(env: dict[str, str | None] | None) -> dict[str, str]:
+    """A worker process' environment: the child protocol's (fuzz/child.py) with the isolation's changes."""
+    return child_env(env)
+
+
 class WorkerProcess:
     """One persistent worker: jobs go in on stdin, "done" lines come back on
     stdout, stderr is echoed (progress) and its tail kept for crash reports."""
 
     def __init__(self, env: dict[str, str | None] | None, progress: bool = True) -> None:
-        full_env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[1])
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, full_env.get("PYTHONPATH")]))
-        apply_env(full_env, {**worker_threads_env(full_env), **(env or {})})
+        full_env = worker_env(env)
         # Its own session: a hang is killed with its whole process group. When
         # the parent dies, stdin closes and the worker ends by itself.
         self.process = subprocess.Popen([sys.executable, "-m", "fuzz.isolation", "--serve"], env=full_env,
@@ -432,11 +428,7 @@ def _journal(path: Path) -> dict:
 
 
 def _read_result(path: Path, sent: RunConfig) -> TargetEntry:
-    data = json.loads(path.read_text())
-    if data["config"] != sent.to_json():
-        lost = sorted(k for k, v in sent.to_json().items() if data["config"].get(k) != v)
-        raise HarnessError(f"the worker ran with other settings than it was sent ({', '.join(lost)})")
-    return TargetEntry.from_json(data["entry"], "worker result")
+    return TargetEntry.from_json(read_back(path, sent, "the worker")["entry"], "worker result")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ class Measure:
     """coverage.py over the two sides' module files while one target is fuzzed; one context per device.
 
     ``claims`` per side: {copy qualname: upstream ref} of the definitions the target claims (from
-    provenance's mapping, fuzz/provenance/matching.py, so a copy unit that stands for an upstream
+    provenance's mapping, fuzz/releases/matching.py, so a copy unit that stands for an upstream
     definition of another name counts for it); ``upstream`` per side: (the source's lines of each claimed
     definition, for the line map) -- see ``side_code``."""
 
@@ -149,7 +149,7 @@ class SideCode:
         from coverage.python import PythonFileReporter
 
         from fuzz.codediff import definitions, walk_definitions
-        from fuzz.provenance.matching import HEADER_RE, CopyLines, align, normalize
+        from fuzz.releases import HEADER_RE, CopyLines, align, normalize
 
         self.path, self.label = path, label
         with open(path, encoding="utf-8") as handle:
@@ -238,10 +238,15 @@ def side_code(target: Any, side: str, config: Any) -> SideCode:
     was taken from, or the side's own source for a rebuilt side. Cut once per process per file and target."""
     from pathlib import Path
 
-    from fuzz.packs import catalog_paths
-    from fuzz.provenance.matching import check_copy, upstream_file
-    from fuzz.provenance.verify import upstream_files_by_module
-    from fuzz.sides import COPY, base_source, side_source
+    from fuzz.releases import (
+        COPY,
+        base_source,
+        catalog_paths,
+        check_copy,
+        side_source,
+        upstream_file,
+        upstream_files_by_module,
+    )
     from fuzz.targets import PROJECT_ROOT, all_targets
 
     impl = target.impl(side)
@@ -261,7 +266,7 @@ def side_code(target: Any, side: str, config: Any) -> SideCode:
         source = side_source(spec, config.sources).source
     text = file.read_text(encoding="utf-8")
     from fuzz.codediff import definitions
-    from fuzz.provenance.matching import CopyLines
+    from fuzz.releases import CopyLines
 
     names = definitions(text)
     by_qualname = {ref.partition("::")[2]: ref for ref in target.upstream}
@@ -283,7 +288,7 @@ def side_code(target: Any, side: str, config: Any) -> SideCode:
             if origin in by_qualname.values() and origin not in claims.values():
                 claims[copy_name] = origin  # what provenance verified it against wins over its name
     # In a side rebuilt from a source, a definition whose header is ADAPTED keeps the copy's text
-    # (fuzz/sidebuild.py): it is the harness' code, whatever the source says.
+    # (fuzz/releases/sidebuild.py): it is the harness' code, whatever the source says.
     adapted_rows = CopyLines.from_text(text).adapted if spec != COPY else set()
     stand_ins = {q for q in claims if names[q].first_line in adapted_rows}
     upstream_lines: dict[str, tuple[int, list[str]]] = {}
@@ -326,7 +331,7 @@ class measuring:
 
 
 def measure_for(target: Any, config: Any) -> Measure:
-    from fuzz.sides import COPY
+    from fuzz.releases import COPY
 
     every_call = config.legacy != COPY or config.optimized != COPY
     return Measure({side: side_code(target, side, config) for side in SIDES}, every_call)
@@ -334,10 +339,10 @@ def measure_for(target: Any, config: Any) -> Measure:
 
 def static_same_code(target: Any, config: Any) -> str | None:
     """Before any example: are the definitions a call of the target's entry point may run (followed
-    statically, fuzz/sidebuild.py ``reach``) the same code on both sides? Then the run compares a function
+    statically, fuzz/releases/sidebuild.py ``reach``) the same code on both sides? Then the run compares a function
     with itself, and says so (``same_code``: which definitions, from where). None when they differ, or
     when a side cannot be read."""
-    from fuzz.sidebuild import entry_digests
+    from fuzz.releases import entry_digests
 
     found = [entry_digests(target.impl(side)) for side in SIDES]
     if found[0] and found[0] == found[1]:

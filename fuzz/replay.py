@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import queue
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
+from fuzz.child import child_env
 from fuzz.config import RunConfig
 from fuzz.devices import cuda_available
 from fuzz.errors import HarnessError, ReproFileError, UsageError
@@ -66,7 +65,7 @@ def choose_device(payload: dict, override: str | None) -> str:
 def check_replayable(path: str) -> tuple[dict, RunConfig]:
     """The repro file and its run config, validated: its fields, its config,
     the target it names and the module that registers it (trusted or refused)."""
-    from fuzz.sides import CannotBuild, bind_sides, check_repro_sides
+    from fuzz.releases import CannotBuild, bind_sides, check_repro_sides
     from fuzz.targets import lookup
 
     payload = load_repro(path)
@@ -96,10 +95,8 @@ def replay_file(path: str, device_override: str | None = None, timeout: float | 
     if timeout is None:
         timeout = 2 * config.example_timeout if payload["verdict"] == Verdict.HANG.value else 600.0
     device = payload["input"]["device"] if device_known else choose_device(payload, device_override)
-    env = dict(os.environ if env is None else env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
     child = subprocess.Popen([sys.executable, "-m", "fuzz.replay", str(path), device], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env)
+                             stderr=subprocess.PIPE, text=True, env=replay_env(env))
     lines: queue.Queue = queue.Queue()
     stderr: list[str] = []
     threading.Thread(target=lambda: [lines.put(line) for line in child.stdout] + [lines.put(None)],
@@ -131,6 +128,12 @@ def replay_file(path: str, device_override: str | None = None, timeout: float | 
     tail = ("".join(stderr).strip().splitlines() or ["(no output)"])[-1]
     how = f"signal {-child.returncode}" if child.returncode < 0 else f"exit code {child.returncode}"
     return ReplayResult(verdict="crash", device=device, mismatches=[], crashed=f"child process died with {how}: {tail}")
+
+
+def replay_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A replay child's environment: the child protocol's (fuzz/child.py) on ``env`` (default this process').
+    No thread pools set: a replay child never had them (it sets torch's itself, fuzz.runner.single_threaded)."""
+    return child_env(base=env, threads=False)
 
 
 _TIMED_OUT = object()
@@ -170,8 +173,8 @@ def trusted_modules(payload: dict, config: RunConfig, source: str) -> list[str]:
 def _child(path: str, device: str) -> int:
     from fuzz.execute import CudaContextLost, fatal_cuda_error, run_example
     from fuzz.interrupts import die_with_parent
+    from fuzz.releases import CannotBuild, bind_sides
     from fuzz.runner import single_threaded
-    from fuzz.sides import CannotBuild, bind_sides
     from fuzz.targets import lookup
     from fuzz.upstream import with_upstream
 

@@ -25,7 +25,7 @@ from fuzz.errors import ReproFileError
 from fuzz.execute import ExampleResult
 from fuzz.outcome import SideResult
 from fuzz.outputs import write_json
-from fuzz.sides import side_identities, side_labels
+from fuzz.releases import side_identities, side_labels
 from fuzz.targets import CONTRACTS, Target, all_targets
 from fuzz.verdicts import EXAMPLE_VERDICTS
 from fuzz.versions import target_versions, versions

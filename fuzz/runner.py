@@ -36,8 +36,8 @@ from fuzz.execute import CudaContextLost, ExampleResult, fatal_cuda_error, run_e
 from fuzz.model import DeviceTally, Failure, TargetEntry
 from fuzz.outcome import Raised, SideResult
 from fuzz.reach import Measure, measure_for, static_same_code
+from fuzz.releases import CannotBuild, bind_sides
 from fuzz.repro import repro_payload, save_repro
-from fuzz.sides import CannotBuild, bind_sides
 from fuzz.syncrule import sync_rule
 from fuzz.targets import Target
 from fuzz.upstream import with_upstream
@@ -178,7 +178,7 @@ class TargetOutcome:
     flaky: bool = False
     repro_paths: list[Path | None] = field(default_factory=list)  # parallel to failures
     skipped: str | None = None
-    cannot_build: str | None = None  # a side's source cannot be built into this target (fuzz/sides.py)
+    cannot_build: str | None = None  # a side's source cannot be built into this target (fuzz/releases/sides.py)
     harness_error: str | None = None
     first_failure_at: int | None = None  # examples run when the first failure was seen
     upstream: str | None = None  # under --upstream: compared, or why not
@@ -266,7 +266,8 @@ def _database(corpus: Path | None, reuse: bool) -> ExampleDatabase | None:
     return database if reuse else _SaveOnlyDatabase(database)
 
 
-def _settings(max_examples: int, database: ExampleDatabase | None) -> settings:
+def hypothesis_settings(max_examples: int, database: ExampleDatabase | None) -> settings:
+    """The fuzzer's Hypothesis settings (bench part s measures Hypothesis alone under them)."""
     return settings(
         max_examples=max_examples,
         database=database,
@@ -391,7 +392,7 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
         test = hypothesis_seed(_chunk_seed(config.seed, target, chunk) if chunk else config.seed)(test)
         # Only a run's first chunk replays the corpus; continuations and
         # restarted workers must not see known failures "pass" and delete them.
-        test = _settings(size, _database(corpus, reuse=chunk == 0))(test)
+        test = hypothesis_settings(size, _database(corpus, reuse=chunk == 0))(test)
         test._hypothesis_internal_database_key = _database_key(target, config)
         before = len(outcome.failures)
         stop = False

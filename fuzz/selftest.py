@@ -32,12 +32,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterator
 
+from fuzz.child import REPO_ROOT
 from fuzz.config import RunConfig
 from fuzz.errors import HarnessError
 from fuzz.runner import fuzz_target
 from fuzz.targets import FORM_ATTRIBUTE, Target
 
-EQUIVALENT_FILE = Path(__file__).resolve().parents[1] / "docs" / "selftest-equivalent.json"
+EQUIVALENT_FILE = REPO_ROOT / "docs" / "selftest-equivalent.json"
 _SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.FloorDiv: ast.Mult, ast.Div: ast.Mult,
           ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
 _NAME_SWAPS = {"h": "w", "w": "h", "height": "width", "width": "height", "t": "h"}

@@ -150,7 +150,7 @@ def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEn
     if config.legacy == "copy" and config.optimized == "copy":
         return []
     from fuzz.devices import devices_for
-    from fuzz.sides import CannotBuild, bind_sides, identity
+    from fuzz.releases import CannotBuild, bind_sides, identity
 
     for role in ("legacy", "optimized"):
         found = identity(getattr(config, role), config.sources)
@@ -321,8 +321,8 @@ def run_info(config: RunConfig, entries: Sequence[TargetEntry] = (), machine: di
     once per invocation), so every report of it says the same."""
     from fuzz.changes import change_coverage
     from fuzz.plan import parse_shard
+    from fuzz.releases import side_identities
     from fuzz.scope import run_scope
-    from fuzz.sides import side_identities
     from fuzz.targets import all_targets
 
     sides = side_identities(config)
@@ -338,7 +338,7 @@ def run_info(config: RunConfig, entries: Sequence[TargetEntry] = (), machine: di
 
 def versions_of(config: RunConfig) -> dict:
     """versions(), with each role labelled by the side it ran (not the copy's origin)."""
-    from fuzz.sides import side_labels
+    from fuzz.releases import side_labels
     from fuzz.versions import versions
 
     return {**versions(), **side_labels(config)}

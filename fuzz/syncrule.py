@@ -3,7 +3,7 @@
 A target's ``expected_optimized_syncs`` / ``sync_budget`` is the number of
 syncs per call the optimized *copy* makes by design: the code of the release
 the copy was taken from (``Target.versions[1]``). Applied to other code -- a
-side rebuilt from another release or a checkout (fuzz/sides.py) -- it judges a
+side rebuilt from another release or a checkout (fuzz/releases/sides.py) -- it judges a
 design that code never had: two upstream trees that both sync 4 times per call
 were reported as a regression against a budget of 0. So:
 
@@ -26,8 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from fuzz.config import SYNC_BUDGET_MODES
-from fuzz.sidebuild import entry_digests
-from fuzz.sides import COPY, PACKAGE
+from fuzz.releases import COPY, PACKAGE, entry_digests
 from fuzz.targets import FORM_ATTRIBUTE, Target, resolve_impl
 
 BUDGET, RELATIVE, RELATIVE_BUDGET = "budget", "relative", "relative+budget"
@@ -35,7 +34,7 @@ RULES = (BUDGET, RELATIVE, RELATIVE_BUDGET)
 
 
 def sync_rule(target: Target, config: Any) -> str:
-    """The rule for ``target`` bound to ``config``'s sides (fuzz.sides.bind_sides): one of ``RULES``."""
+    """The rule for ``target`` bound to ``config``'s sides (fuzz.releases.bind_sides): one of ``RULES``."""
     if config.legacy == COPY and config.optimized == COPY:
         return BUDGET
     mode = getattr(config, "sync_budget", "auto")
@@ -67,7 +66,7 @@ def optimized_descends(target: Target, config: Any) -> bool:
     * A side rebuilt from a source whose template is ``legacy/`` (a release older than the copy's): no;
       it is an old release's code, built on the legacy copy.
     * A side rebuilt on ``optimized/``: yes only when the definitions reachable from the target's entry
-      point are the same code in the rebuilt module as in the optimized copy (``fuzz.sidebuild.
+      point are the same code in the rebuilt module as in the optimized copy (``fuzz.releases.sidebuild.
       entry_digests``: the same qualnames, each the same digest, comments, docstrings and layout aside).
       A reachable definition the copy lacks, or one that differs, is code the budget was never declared
       for. Nothing reachable found: not shown to descend, so no.

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 # The input models' interface (fuzz/api.py), defined there so that they need nothing else of the engine.
 from fuzz.api import FORM_ATTRIBUTE, RELEASE_ATTRIBUTE, SIDES, Impl, InputModel, release_of  # noqa: F401
+from fuzz.child import REPO_ROOT
 from fuzz.errors import HarnessError, UsageError, unknown_name
 from fuzz.versions import DEFAULT_PAIR
 
@@ -30,7 +31,7 @@ target's optimized release pass (docs/verdicts.md#contracts says which, per
 target); ``wide`` draws every form the legacy function accepted."""
 
 TARGET_MODULES_ENV = "SYNCFUZZ_TARGET_MODULES"
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = REPO_ROOT  # the source tree (fuzz/child.py defines it once)
 
 
 @dataclass(frozen=True)

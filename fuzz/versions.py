@@ -7,9 +7,9 @@ import hashlib
 import platform
 import sys
 from importlib import metadata
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from fuzz.child import REPO_ROOT as ROOT  # the source tree, defined once
+
 # What decides what an example computes: the copies and the input models.
 CODE_FOLDERS = ("legacy", "optimized", "strategies")
 

@@ -13,13 +13,11 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from fuzz.child import child_env, config_payload, read_back
 from fuzz.config import RunConfig
-from fuzz.errors import FuzzError, HarnessError
-from fuzz.gpushare import apply_env, worker_threads_env
+from fuzz.errors import FuzzError
 from fuzz.model import Interrupted, TargetEntry, add_entries
 from fuzz.plan import Item
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def visible_gpus() -> int:
@@ -36,7 +34,7 @@ def run_file_content(items: list[Item], config: RunConfig, results: Path, second
     seconds = config.budget if seconds is None else seconds
     ends_at = None if seconds is None else time.time() + seconds
     return {
-        "config": config.to_json(),
+        "config": config_payload(config),
         "items": [{"index": i, "target": item.target.name, "piece": item.piece, "pieces": item.pieces,
                    "seed": item.seed, "max_examples": item.max_examples}
                   for i, item in enumerate(items)],
@@ -58,16 +56,7 @@ def run_with_xdist(items: list[Item], config: RunConfig, seconds: float | None =
     workers = config.workers
     run_file = workdir / "run.json"
     run_file.write_text(json.dumps(run))
-    env = dict(os.environ)
-    env["SYNCFUZZ_RUN_FILE"] = str(run_file)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    # Only xdist is needed: loading every installed plugin (hypothesis',
-    # pytest-benchmark's, ...) in the controller and in each worker cost
-    # 1.5 of 2.0 s of a 2-worker start on the CI host, paid again per worker.
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    for callers_own in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):  # a caller's pytest set-up is not this one's
-        env.pop(callers_own, None)
-    apply_env(env, {**worker_threads_env(env), **(env_changes or {})})
+    env = xdist_env(run_file, env_changes)
     command = [sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-n", str(workers), "--dist", "load", "-q",
                "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(workdir), "--pyargs", "fuzz.xdist_items"]
     try:
@@ -83,6 +72,20 @@ def run_with_xdist(items: list[Item], config: RunConfig, seconds: float | None =
         raise FuzzError(f"pytest-xdist finished {len(paths)} of {len(items)} items "
                         f"(exit {done.returncode}):\n{tail}")
     return _entries(paths, config)
+
+
+def xdist_env(run_file: Path, env_changes: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """The pytest-xdist controller's environment (its workers and their fuzz processes inherit it): the
+    child protocol's (fuzz/child.py) with the run file, xdist alone and the caller's changes."""
+    return child_env({
+        "SYNCFUZZ_RUN_FILE": str(run_file),
+        # Only xdist is needed: loading every installed plugin (hypothesis',
+        # pytest-benchmark's, ...) in the controller and in each worker cost
+        # 1.5 of 2.0 s of a 2-worker start on the CI host, paid again per worker.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        # A caller's pytest set-up is not this one's.
+        "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None,
+        **(env_changes or {})})
 
 
 def _run_showing_items(command: list[str], env: dict, workdir: Path, results: Path, items: list[Item],
@@ -125,9 +128,7 @@ def _run_showing_items(command: list[str], env: dict, workdir: Path, results: Pa
 def _entries(paths: list[Path], config: RunConfig) -> list[TargetEntry]:
     entries = []
     for path in paths:
-        data = json.loads(path.read_text())
         # Each item sends back the config it ran with: a setting lost on the way is a fuzzer bug.
-        if data["config"] != config.to_json():
-            raise HarnessError(f"xdist item {path.stem} ran with other settings than the run's")
+        data = read_back(path, config, f"xdist item {path.stem}")
         entries.append(TargetEntry.from_json(data["entry"], f"xdist item {path.stem}"))
     return add_entries(entries)

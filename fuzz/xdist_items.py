@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from fuzz.budget import Board
+from fuzz.child import send_back
 from fuzz.config import RunConfig
-from fuzz.outputs import write_json
 
 if TYPE_CHECKING:  # imported lazily below: collecting this module must stay cheap
     from fuzz.isolation import Isolation
@@ -105,6 +105,6 @@ def test_fuzz_item(fuzz_item: dict) -> None:
         placed["left_mps"] = isolation.left_mps
     entry = replace(entry, placement=(placed,))
     out = Path(run["results"]) / f"{fuzz_item['index']:05d}.json"
-    write_json(out, {"config": config.to_json(), "entry": entry.to_json()})  # atomic: the parent polls for it
+    send_back(out, config, entry=entry.to_json())  # atomic: the parent polls for it
     failures = [f for f in entry.failures if not f.known]
     assert not failures and not entry.fuzzer_error, f"{item.key}: {[f.verdict for f in failures]}"

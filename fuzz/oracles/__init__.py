@@ -168,7 +168,7 @@ def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: S
         except Exception as exc:  # noqa: BLE001 -- an output the reference cannot read differs from it
             by_side[side] = [Mismatch("", "reference", f"output unreadable: {type(exc).__name__}: {exc}")]
             continue
-        differences = list(compare_values(expected, observed, policy))
+        differences = list(compare_values(expected, observed, policy, labels=("reference", "copy")))
         if differences:
             by_side[side] = differences
     if not by_side:
@@ -178,8 +178,7 @@ def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: S
     sides = " and ".join(by_side)
     first = next(iter(by_side.values()))
     return [Mismatch(f"reference{m.path}", "reference",
-                     f"{sides} vs reference: " + _one_line(m.detail.replace("legacy", "reference").replace(
-                         "optimized", "copy"))) for m in first]
+                     f"{sides} vs reference: " + _one_line(m.detail)) for m in first]
 
 
 def consumer_of(target: Target) -> Consumer | None:

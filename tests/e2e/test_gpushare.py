@@ -303,8 +303,10 @@ def test_a_worker_dead_before_its_first_example_is_started_again_under_mps(tmp_p
 
 
 def test_worker_thread_pools_follow_syncfuzz_threads_unless_set():
-    assert gpushare.worker_threads_env({}) == dict.fromkeys(gpushare.THREAD_POOL_ENV, "1")
-    assert gpushare.worker_threads_env({"SYNCFUZZ_THREADS": "2", "OMP_NUM_THREADS": "4"}) == {
+    from fuzz import child
+
+    assert child.worker_threads_env({}) == dict.fromkeys(child.THREAD_POOL_ENV, "1")
+    assert child.worker_threads_env({"SYNCFUZZ_THREADS": "2", "OMP_NUM_THREADS": "4"}) == {
         "MKL_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
 
 

@@ -182,7 +182,7 @@ def test_encoder_caller_contract_is_what_encode_image_stages():
 # -- encode_image in each release's form (0.33.0: a list of grid tuples) ---------
 
 def _encode_image_impl(side: str, spec: str = "copy"):
-    from fuzz.sides import bind
+    from fuzz.releases.sides import bind
 
     (target,) = lookup(["paddleocr-encode-image"])
     return bind(target, **{side: spec}).impl(side)
@@ -245,7 +245,7 @@ def test_0_28_against_0_33_agrees():
 
 
 def test_a_side_the_input_model_does_not_fit_cannot_build(monkeypatch):
-    from fuzz.sides import CannotBuild, bind
+    from fuzz.releases.sides import CannotBuild, bind
 
     monkeypatch.setattr(PaddleOCREncodeImageInputs, "fits", lambda self, impl: "no known grid form")
     (target,) = lookup(["paddleocr-encode-image"])

@@ -9,7 +9,10 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from fuzz import session
 from fuzz.cli import main
+from fuzz.config import RunConfig
+from fuzz.model import EXIT_OK
 from tests.support import cli
 
 TWO = ["--target", "fla-chunk-offsets", "--target", "glm4v-embeddings"]
@@ -38,11 +41,16 @@ def test_workers_distribute_items_over_xdist(tmp_path):
 
 
 def test_two_shards_merge_into_the_totals_of_one_run(tmp_path):
-    common = ["run", "--device", "cpu", "--seed", "4", "--max-examples", "30", "--pieces", "2", "--in-process",
-              "--quiet", "--confirm", "0", *TWO, "--corpus", str(tmp_path / "c")]
-    assert main([*common, "--report", str(tmp_path / "whole.json")]) == 0
-    assert main([*common, "--shard", "1/2", "--report", str(tmp_path / "s1.json")]) == 0
-    assert main([*common, "--shard", "2/2", "--report", str(tmp_path / "s2.json")]) == 0
+    # Behaviour, not argument parsing: the runs go through the session API; merge-reports is the CLI's.
+    def shard_run(name, shard=None):
+        config = RunConfig(targets=("fla-chunk-offsets", "glm4v-embeddings"), devices=("cpu",), seed=4,
+                           max_examples=30, pieces=2, shard=shard, isolated=False, confirm=0,
+                           corpus=str(tmp_path / "c"))
+        assert session.run(config, outputs={"report": tmp_path / name}).exit_code == EXIT_OK
+
+    shard_run("whole.json")
+    shard_run("s1.json", "1/2")
+    shard_run("s2.json", "2/2")
     assert _totals(_report(tmp_path / "s1.json")) != _totals(_report(tmp_path / "whole.json"))
     assert main(["merge-reports", str(tmp_path / "m.json"), str(tmp_path / "s1.json"), str(tmp_path / "s2.json"),
                  "--markdown", str(tmp_path / "m.md")]) == 0
@@ -186,8 +194,7 @@ def test_pieces_add_up_to_exactly_the_examples_asked_for(pieces, examples, tmp_p
 
     items = plan(lookup(["fla-chunk-offsets"]), seed=0, pieces=pieces, max_examples=examples)
     assert sum(item.max_examples for item in items) == examples  # --pieces 50 --max-examples 5 ran 50
-    path = tmp_path / "r.json"
-    assert main(["run", "--device", "cpu", "--seed", "0", "--max-examples", str(examples), "--pieces", str(pieces),
-                 "--target", "fla-chunk-offsets", "--in-process", "--quiet", "--confirm", "0",
-                 "--corpus", str(tmp_path / "c"), "--report", str(path)]) == 0
-    assert _report(path)["targets"][0]["examples"] == examples
+    config = RunConfig(targets=("fla-chunk-offsets",), devices=("cpu",), seed=0, max_examples=examples,
+                       pieces=pieces, isolated=False, confirm=0, corpus=str(tmp_path / "c"))
+    result = session.run(config)
+    assert result.exit_code == EXIT_OK and result.report.targets[0].examples == examples

@@ -1,4 +1,4 @@
-"""Sides from upstream sources: --legacy/--optimized copy | vllm==X | PATH (fuzz/sides.py).
+"""Sides from upstream sources: --legacy/--optimized copy | vllm==X | PATH (fuzz/releases/sides.py).
 
 The trees here are copies of the source pack shipped for 0.28.0 (sources/),
 edited the way a contributor's branch would be; nothing is downloaded.
@@ -17,10 +17,10 @@ import pytest
 
 from fuzz.config import RunConfig
 from fuzz.errors import UsageError
-from fuzz.merge3 import Conflict, merge3
-from fuzz.packs import SHIPPED_PACKS, PackSource, read_manifest
+from fuzz.releases.merge3 import Conflict, merge3
+from fuzz.releases.packs import SHIPPED_PACKS, PackSource, read_manifest
+from fuzz.releases.sides import CannotBuild, bind, check_side, template_for
 from fuzz.runner import fuzz_target
-from fuzz.sides import CannotBuild, bind, check_side, template_for
 from fuzz.targets import lookup
 from tests.support import cli
 

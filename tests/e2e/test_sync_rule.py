@@ -17,8 +17,8 @@ from fuzz.config import RunConfig
 from fuzz.execute import ExampleResult, judge_under_rule
 from fuzz.model import DeviceTally, ReportError
 from fuzz.outcome import Raised, SideResult
+from fuzz.releases import bind_sides
 from fuzz.runner import TallyCounter, fuzz_target
-from fuzz.sides import bind_sides
 from fuzz.syncrule import optimized_descends, sync_rule
 from fuzz.targets import lookup
 from tests.e2e.test_sides import FLA, tree

@@ -85,11 +85,10 @@ class WorkStarted(AssertionError):
 def no_work(monkeypatch):
     """Every entry point of real work raises: a case must be refused before it."""
     import fuzz.orchestrate
-    import fuzz.packs
-    import fuzz.provenance
-    import fuzz.provenance.sources
+    import fuzz.releases.packs
+    import fuzz.releases.scaffold
+    import fuzz.releases.sources
     import fuzz.replay
-    import fuzz.scaffold
     import fuzz.selftest
     import fuzz.session
     import fuzz.workers
@@ -100,9 +99,9 @@ def no_work(monkeypatch):
     for module, name in [(fuzz.orchestrate, "fuzz_all"), (fuzz.workers, "run_with_xdist"),
                          (fuzz.replay, "replay_file"), (fuzz.cli, "write_outputs"),
                          (fuzz.session, "write_outputs"),
-                         (fuzz.selftest, "selftest_target"), (fuzz.packs, "write_pack"),
-                         (fuzz.packs, "fetch_wheel"), (fuzz.provenance.sources, "fetch_wheel"),
-                         (fuzz.provenance, "fetch_wheel"), (fuzz.scaffold, "write")]:
+                         (fuzz.selftest, "selftest_target"), (fuzz.releases.packs, "write_pack"),
+                         (fuzz.releases.packs, "fetch_wheel"), (fuzz.releases.sources, "fetch_wheel"),
+                         (fuzz.releases.scaffold, "write")]:
         monkeypatch.setattr(module, name, started)
     # No downloads and no user cache: releases resolve from the packs shipped in sources/ only.
     monkeypatch.delenv("SYNCFUZZ_SOURCES", raising=False)

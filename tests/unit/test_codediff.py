@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fuzz.codediff import Change, changed_definitions, definitions, digest, digests
-from fuzz.packs import PackSource, catalog_paths
-from fuzz.provenance.sources import TextSource
+from fuzz.releases.packs import PackSource, catalog_paths
+from fuzz.releases.sources import TextSource
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -218,3 +218,32 @@ def test_the_fast_closeness_check_passes_exactly_what_assert_close_passes(dtype,
     except AssertionError:
         passes = False
     assert _close_fast(a, b) is passes
+
+
+@pytest.mark.parametrize("a, b", [
+    (T([1, 2]), T([1, 3])),  # values, bitwise
+    (T([1.0, 2.0]), T([1.0, 9.0])),  # values, assert_close's text
+    (T([1]), T([1, 2])),  # shape
+    ([1, 2], (1, 2)),  # type
+    ([1], [1, 2]),  # length
+    ({"a": 1}, {"b": 1}),  # keys
+    (1, 2),  # plain values
+    (T([[1, 2], [3, 4]]), T([[1, 2], [3, 4]]).t().contiguous().t()),  # layout
+])
+def test_labels_are_written_once_as_the_old_replace_wrote_them(a, b):
+    """The upstream check's and the reference oracle's labels come in as a parameter: the text is the one
+    the former ``str.replace("legacy", ...).replace("optimized", ...)`` made of the default-labelled one."""
+    for labels in (("copy", "vllm"), ("reference", "copy")):
+        default = [m.detail for m in compare_values(a, b, LAYOUT)]
+        labelled = [m.detail for m in compare_values(a, b, LAYOUT, labels=labels)]
+        assert default and labelled == [d.replace("legacy", labels[0]).replace("optimized", labels[1])
+                                        for d in default]
+
+
+def test_exception_verdicts_name_the_labels():
+    raised = SideResult(raised=Raised("ValueError", "bad"))
+    other = SideResult(raised=Raised("TypeError", "worse"))
+    assert judge(raised, other, CLOSE, None, labels=("copy", "vllm"))[1][0].detail == \
+        "copy raised ValueError, vllm raised TypeError"
+    assert judge(_ok(T([1])), raised, CLOSE, None, labels=("copy", "vllm"))[1][0].detail == \
+        "only vllm raised ValueError: bad; copy returned a value"

@@ -17,12 +17,12 @@ import pytest
 
 from fuzz.config import ConfigError, RunConfig
 from fuzz.errors import HarnessError
-from fuzz.packs import SHIPPED_PACKS
+from fuzz.releases.packs import SHIPPED_PACKS
 from fuzz.targets import lookup
 
 VALID = {"contract": "wide", "devices": ("cpu", "cuda"), "shard": "2/3", "profile": "nightly",
          "targets": ("fla-chunk-offsets",), "target_modules": ("tests.planted",),
-         # Sides from the source packs shipped in sources/ (fuzz/sides.py).
+         # Sides from the source packs shipped in sources/ (fuzz/releases/sides.py).
          "legacy": "vllm==0.27.1", "optimized": "vllm==0.28.0", "sources": (str(SHIPPED_PACKS),),
          "sync_budget": "ignore", "gpu_share": "off"}
 

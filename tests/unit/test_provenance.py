@@ -23,10 +23,13 @@ from pathlib import Path
 import pytest
 
 import tests.planted as planted
-from fuzz import provenance as prov
 from fuzz.catalog import TARGETS
 from fuzz.errors import HarnessError, UsageError
-from fuzz.provenance import TextSource, check_copy
+from fuzz.releases import common, drift, matching, packs, verify
+from fuzz.releases import provenance as prov
+from fuzz.releases import sources as release_sources
+from fuzz.releases.matching import check_copy
+from fuzz.releases.sources import TextSource
 from fuzz.targets import Target
 from fuzz.versions import DEFAULT_PAIR
 
@@ -220,7 +223,7 @@ def test_a_property_getter_and_setter_both_verify():
 
 
 def test_the_lcs_reports_the_fewest_mismatches():
-    pairs = prov.align(["a", "x", "b", "c"], ["a", "b", "c"])
+    pairs = matching.align(["a", "x", "b", "c"], ["a", "b", "c"])
     assert [i for i, _ in pairs] == [0, 2, 3]
 
 
@@ -231,21 +234,21 @@ def test_drift_statuses_and_diff():
     base = TextSource({UPSTREAM_PATH: UPSTREAM}, version="0.28.0")
     changed = UPSTREAM.replace("d = c * 2", "d = c * 3").replace("def helper(", "def helper2(")
     new = TextSource({UPSTREAM_PATH: changed.replace("def helper2(", "def helper(")}, version="0.33.0")
-    same = prov.compare(f"{UPSTREAM_PATH}::Toy.forward", "optimized", base, new)
-    diff = prov.compare(f"{UPSTREAM_PATH}::helper", "optimized", base, new)
-    gone = prov.compare(f"{UPSTREAM_PATH}::Toy.gone", "optimized", base, new)
+    same = drift.compare(f"{UPSTREAM_PATH}::Toy.forward", "optimized", base, new)
+    diff = drift.compare(f"{UPSTREAM_PATH}::helper", "optimized", base, new)
+    gone = drift.compare(f"{UPSTREAM_PATH}::Toy.gone", "optimized", base, new)
     assert (same.status, diff.status, gone.status) == ("unchanged", "changed", "not in base")
     assert "-    d = c * 2" in diff.diff and "+    d = c * 3" in diff.diff
     removed = TextSource({UPSTREAM_PATH: UPSTREAM.replace("def forward(", "def renamed(")}, version="0.33.0")
-    assert prov.compare(f"{UPSTREAM_PATH}::Toy.forward", "optimized", base, removed).status == "missing"
+    assert drift.compare(f"{UPSTREAM_PATH}::Toy.forward", "optimized", base, removed).status == "missing"
     spaced = TextSource({UPSTREAM_PATH: UPSTREAM.replace("c = a + b", "c = a  +  b")}, version="0.33.0")
-    assert prov.compare(f"{UPSTREAM_PATH}::helper", "optimized", base, spaced).status == "whitespace"
+    assert drift.compare(f"{UPSTREAM_PATH}::helper", "optimized", base, spaced).status == "whitespace"
 
 
 def test_class_drift_ignores_its_methods():
     base = TextSource({UPSTREAM_PATH: UPSTREAM}, version="0.28.0")
     new = TextSource({UPSTREAM_PATH: UPSTREAM.replace("y = x * SCALE", "y = x / SCALE")}, version="0.33.0")
-    assert prov.compare(f"{UPSTREAM_PATH}::Toy", "optimized", base, new).status == "unchanged"
+    assert drift.compare(f"{UPSTREAM_PATH}::Toy", "optimized", base, new).status == "unchanged"
 
 
 # --------------------------------------------------------------------------- CLI
@@ -276,14 +279,14 @@ def test_usage_errors_are_one_line_before_any_download(argv, message, tmp_path):
 
 def test_a_targets_copy_modules_bring_the_helper_modules_they_import():
     """--target checks the helpers copied beside the copies (they are copy modules, named by no target)."""
-    assert prov.with_helper_modules("optimized", ["fla_index"]) == ["fla_index", "fla_utils", "gpu_sync_debug"]
-    assert prov.with_helper_modules("legacy", ["fla_index"]) == ["fla_index", "fla_utils"]
-    assert prov.with_helper_modules("legacy", ["diffusion_gemma"]) == ["diffusion_gemma", "torch_utils"]
+    assert verify.with_helper_modules("optimized", ["fla_index"]) == ["fla_index", "fla_utils", "gpu_sync_debug"]
+    assert verify.with_helper_modules("legacy", ["fla_index"]) == ["fla_index", "fla_utils"]
+    assert verify.with_helper_modules("legacy", ["diffusion_gemma"]) == ["diffusion_gemma", "torch_utils"]
     helpers = {"fla_utils", "gpu_sync_debug", "torch_utils"}
-    for side in prov.SIDES:
+    for side in common.SIDES:
         # every helper module is reached from some target's copy module: none is left unchecked by --target
-        reached = prov.with_helper_modules(side, sorted({prov._module_of(getattr(t, side)) for t in TARGETS}))
-        assert reached == prov.copy_modules(ROOT, side)
+        reached = verify.with_helper_modules(side, sorted({verify.module_of(getattr(t, side)) for t in TARGETS}))
+        assert reached == verify.copy_modules(ROOT, side)
         assert helpers & set(reached)
 
 
@@ -291,7 +294,7 @@ def test_provenance_is_wired_into_the_cli(capsys):
     from fuzz.cli import main
 
     code = main(["provenance", "--against", "vllm=0.33"])
-    assert code == 2, "fuzz/cli.py must route `provenance` to fuzz.provenance.cmd_provenance"
+    assert code == 2, "fuzz/cli.py must route `provenance` to fuzz.releases.cmd_provenance"
     assert "vllm==VERSION" in capsys.readouterr().err
 
 
@@ -306,11 +309,11 @@ def _target(name: str, versions=DEFAULT_PAIR):
 
 
 def test_each_copy_module_takes_the_pair_of_the_targets_using_it():
-    for side in prov.SIDES:
-        pairs = prov.module_pairs(TARGETS, side)
+    for side in common.SIDES:
+        pairs = verify.module_pairs(TARGETS, side)
         assert pairs["v1_utils"] == SECOND  # the first target of a second pair (fuzz/catalog/v1_utils.py)
         assert pairs["keye"] == pairs["torch_utils"] == pairs["fla_utils"] == DEFAULT_PAIR
-    groups = prov.group_modules(TARGETS, {"legacy": ["keye", "v1_utils"], "optimized": ["v1_utils", "fla_utils"]})
+    groups = verify.group_modules(TARGETS, {"legacy": ["keye", "v1_utils"], "optimized": ["v1_utils", "fla_utils"]})
     assert groups == {("legacy", DEFAULT_PAIR): ["keye"], ("legacy", SECOND): ["v1_utils"],
                       ("optimized", DEFAULT_PAIR): ["fla_utils"], ("optimized", SECOND): ["v1_utils"]}
 
@@ -320,20 +323,20 @@ def test_a_copy_module_used_by_two_pairs_is_a_usage_error():
     moved = [*TARGETS, dataclasses.replace(_target("keye-vision-split", SECOND), name="keye-split-next")]
     with pytest.raises(UsageError, match=r"optimized/keye\.py, optimized/torch_utils\.py are used by targets of "
                                          r"two version pairs") as caught:
-        prov.module_pairs(moved, "optimized")
+        verify.module_pairs(moved, "optimized")
     assert "0.29.0/0.30.0 by keye-split-next" in str(caught.value) and "\n" not in str(caught.value)
     assert "more; 0.29.0" in str(caught.value)  # the default pair's many users, abbreviated
     # Through a helper it imports too: diffusion_gemma's copies stage through torch_utils (async-tensor-h2d's).
     helper = [t for t in TARGETS if not t.name.startswith("diffusion-gemma")]
     helper.append(_target("diffusion-gemma-states", SECOND))
     with pytest.raises(UsageError, match=r"legacy/torch_utils\.py .*0\.27\.1/0\.28\.0 by async-tensor-h2d"):
-        prov.module_pairs(helper, "legacy")
+        verify.module_pairs(helper, "legacy")
 
 
 def test_the_target_record_validates_and_lists_its_pair():
     (target,) = [t for t in TARGETS if t.name == "cpu-gpu-buffer-copy-to-gpu"]
     assert target.versions == SECOND and target.as_json()["versions"] == {"legacy": "0.29.0", "optimized": "0.30.0"}
-    assert _target("fla-chunk-offsets").as_json()["versions"] == dict(zip(prov.SIDES, DEFAULT_PAIR))
+    assert _target("fla-chunk-offsets").as_json()["versions"] == dict(zip(common.SIDES, DEFAULT_PAIR))
     assert Target("t", (), "legacy.x:f", "optimized.x:f", "s:I", versions=["0.1", "0.2"]).versions == ("0.1", "0.2")
     with pytest.raises(HarnessError, match="versions="):
         Target("t", (), "legacy.x:f", "optimized.x:f", "s:I", versions=("0.29.0",))
@@ -347,11 +350,11 @@ def test_drift_measures_each_target_from_its_own_release():
     changed = TextSource({UPSTREAM_PATH: new_text}, "0.33.0")
     first = argparse.Namespace(name="first", upstream=(ref,), versions=DEFAULT_PAIR)
     second = argparse.Namespace(name="second", upstream=(ref,), versions=SECOND)
-    drifts = prov.drift_report([first, second], sources, changed)
+    drifts = drift.drift_report([first, second], sources, changed)
     got = {(d.side, d.base_version, tuple(d.owners)): d.status for d in drifts}
     assert got == {("optimized", "0.28.0", ("first",)): "changed", ("optimized", "0.30.0", ("second",)): "unchanged",
                    ("legacy", "0.27.1", ("first",)): "changed", ("legacy", "0.29.0", ("second",)): "changed"}
-    text = "\n".join(prov.format_drift(drifts, changed))
+    text = "\n".join(drift.format_drift(drifts, changed))
     assert "optimized side (copied from vllm 0.28.0)" in text and "optimized side (copied from vllm 0.30.0)" in text
     assert "optimized copies to refresh: first" in text  # the second target's optimized copy is current
 
@@ -369,33 +372,33 @@ def test_a_side_source_flag_stands_for_the_one_pair_in_play(tmp_path):
 # --------------------------------------------------------------------------- the real copies and wheels
 
 
-def _release(version: str) -> prov.Source:
+def _release(version: str) -> release_sources.Source:
     """vllm ``version``: $SYNCFUZZ_<SIDE>_SOURCE for the default pair, else the repo's source pack or the
     cached wheel, else a pip download; a skip without network."""
-    for side in prov.SIDES:
+    for side in common.SIDES:
         given = os.environ.get(f"SYNCFUZZ_{side.upper()}_SOURCE")
-        if given and prov.SIDE_VERSIONS[side] == version:
-            return prov.open_source(given, f"SYNCFUZZ_{side.upper()}_SOURCE")
-    cache = prov.default_cache()
+        if given and common.SIDE_VERSIONS[side] == version:
+            return release_sources.open_source(given, f"SYNCFUZZ_{side.upper()}_SOURCE")
+    cache = common.default_cache()
     try:
         # Few, short retries: on a host without network (the GPU hosts) this must skip fast.
-        return prov.default_source(version, cache, quiet=True, pip_args=("--retries", "1", "--timeout", "15"))
+        return packs.default_source(version, cache, quiet=True, pip_args=("--retries", "1", "--timeout", "15"))
     except UsageError as exc:
         pytest.skip(f"vllm {version} is in no source pack nor in {cache} and could not be downloaded: {exc}")
 
 
-PAIRS = {side: {m: prov.module_pairs(TARGETS, side).get(m, DEFAULT_PAIR) for m in prov.copy_modules(ROOT, side)}
-         for side in prov.SIDES}
+PAIRS = {side: {m: verify.module_pairs(TARGETS, side).get(m, DEFAULT_PAIR) for m in verify.copy_modules(ROOT, side)}
+         for side in common.SIDES}
 
 
 @pytest.fixture(scope="module")
-def releases() -> dict[str, prov.Source]:
+def releases() -> dict[str, release_sources.Source]:
     """Every release a copy module was taken from, by version."""
-    versions = {prov.side_version(pair, side) for side in prov.SIDES for pair in PAIRS[side].values()}
-    return {version: _release(version) for version in sorted(versions, key=prov.version_key)}
+    versions = {common.side_version(pair, side) for side in common.SIDES for pair in PAIRS[side].values()}
+    return {version: _release(version) for version in sorted(versions, key=common.version_key)}
 
 
-def _path_of(source: prov.Source) -> str:
+def _path_of(source: release_sources.Source) -> str:
     """A path ``open_source`` reads the same files from (a pack's folder, a tree's root, a wheel)."""
     return str(getattr(source, "folder", None) or getattr(source, "root", None) or source.label)
 
@@ -404,16 +407,16 @@ def copy_text(side: str, module: str) -> str:
     return (ROOT / side / f"{module}.py").read_text(encoding="utf-8")
 
 
-def check_real(releases, side: str, module: str, text: str) -> prov.ModuleReport:
+def check_real(releases, side: str, module: str, text: str) -> matching.ModuleReport:
     """One copy module (or an edit of it) against the release of its targets' pair."""
-    files = prov.upstream_files_by_module(TARGETS)[module]
-    source = releases[prov.side_version(PAIRS[side][module], side)]
+    files = verify.upstream_files_by_module(TARGETS)[module]
+    source = releases[common.side_version(PAIRS[side][module], side)]
     return check_copy(f"{side}/{module}.py", text, source, files, side)
 
 
 @pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
 def test_fla_copies_verify(releases):
-    for side in prov.SIDES:
+    for side in common.SIDES:
         report = check_real(releases, side, "fla_index", copy_text(side, "fla_index"))
         assert report.ok, "\n".join(line for u in report.failed for line in u.diff)
 
@@ -429,10 +432,10 @@ def test_a_planted_edit_of_a_real_copy_is_caught(releases):
     assert any("new_ones(1)" in line for line in bad.diff)
 
 
-_BASES: dict[str, prov.ModuleReport] = {}
+_BASES: dict[str, matching.ModuleReport] = {}
 
 
-def _base_report(releases, module: str) -> prov.ModuleReport:
+def _base_report(releases, module: str) -> matching.ModuleReport:
     """The unmodified optimized copy's report, once per module (the mutant must add failures to it)."""
     if module not in _BASES:
         _BASES[module] = check_real(releases, "optimized", module, copy_text("optimized", module))
@@ -458,7 +461,7 @@ def test_every_planted_mutant_is_caught(name, releases):
     start = text.index(plant.old)
     first = text.count("\n", 0, start) + 1
     rows = range(first, first + plant.old.count("\n") + 1)
-    facts = prov.CopyLines.from_text(text)
+    facts = matching.CopyLines.from_text(text)
     if all(row in facts.adapted for row in rows):
         pytest.skip(f"{name} edits ADAPTED lines only (rows {list(rows)}), which are not upstream text")
     base = _base_report(releases, module)
@@ -468,10 +471,10 @@ def test_every_planted_mutant_is_caught(name, releases):
 
 @pytest.mark.slow  # needs the vllm wheels (a ~640 MB download on a fresh host)
 def test_every_target_definition_verifies(releases):
-    groups = prov.group_modules(TARGETS, {side: prov.copy_modules(ROOT, side) for side in prov.SIDES})
+    groups = verify.group_modules(TARGETS, {side: verify.copy_modules(ROOT, side) for side in common.SIDES})
     reports = [r for (side, pair), modules in groups.items()
-               for r in prov.check_side(side, releases[prov.side_version(pair, side)], TARGETS, modules, pair=pair)]
-    failing = [f"{row.name} {row.side}: {ref}" for row in prov.target_rows(TARGETS, reports)
+               for r in verify.check_side(side, releases[common.side_version(pair, side)], TARGETS, modules, pair=pair)]
+    failing = [f"{row.name} {row.side}: {ref}" for row in verify.target_rows(TARGETS, reports)
                for ref, u in row.covered if u is not None and not u.ok]
     assert not failing, failing
 
@@ -498,7 +501,7 @@ def _no_download(monkeypatch):
     def refuse(version, *args, **kwargs):
         raise AssertionError(f"downloaded vllm=={version} though a source pack has it")
 
-    monkeypatch.setattr(prov, "fetch_wheel", refuse)
+    monkeypatch.setattr(packs, "fetch_wheel", refuse)
 
 
 def test_against_a_release_with_a_shipped_pack_reads_the_pack_not_a_wheel(monkeypatch, tmp_path, capsys):
@@ -509,7 +512,7 @@ def test_against_a_release_with_a_shipped_pack_reads_the_pack_not_a_wheel(monkey
 
 
 def test_against_resolves_from_sources_and_the_environment_before_any_download(monkeypatch, tmp_path):
-    from fuzz.packs import SHIPPED_PACKS, SOURCES_ENV
+    from fuzz.releases.packs import SHIPPED_PACKS, SOURCES_ENV
 
     pack = tmp_path / "packs" / "vllm-0.39.0"  # a release no folder but this one has
     shutil.copytree(SHIPPED_PACKS / "vllm-0.30.0", pack)

@@ -361,7 +361,7 @@ RELEASES = {"legacy": "0.27.1", "optimized": "0.28.0"}
     ("paddleocr-encoder", "SiglipEncoder.forward", "SiglipEncoder.forward"),
 ])
 def test_a_measured_run_records_what_each_side_ran(measured, name, claimed, entry_function):
-    from fuzz.provenance.matching import normalize
+    from fuzz.releases import normalize
     from fuzz.targets import lookup
 
     got = measured[name]
@@ -422,7 +422,7 @@ def test_static_same_code_only_where_the_copies_are_identical(measured):
 
 def test_static_same_code_directly():
     from fuzz.reach import static_same_code
-    from fuzz.sides import bind_sides
+    from fuzz.releases import bind_sides
     from fuzz.targets import lookup
 
     cfg = config()

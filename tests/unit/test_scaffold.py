@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import provenance as prov
-from fuzz import scaffold
 from fuzz.cli import main
 from fuzz.errors import UsageError
+from fuzz.releases import common, matching, packs, scaffold
+from fuzz.releases.sources import TextSource
 
 ROOT = Path(__file__).resolve().parents[2]
 PATH = "vllm/v1/toy_utils.py"
@@ -71,7 +71,7 @@ NEW = OLD.replace('''        if n is None:
         if n is not None:
             cpu, gpu = cpu[:n], gpu[:n]
         return gpu.copy_(cpu.pin_memory() if PIN_MEMORY else cpu)''')
-SOURCES = {"0.29.0": prov.TextSource({PATH: OLD}, "0.29.0"), "0.30.0": prov.TextSource({PATH: NEW}, "0.30.0")}
+SOURCES = {"0.29.0": TextSource({PATH: OLD}, "0.29.0"), "0.30.0": TextSource({PATH: NEW}, "0.30.0")}
 REFS = [f"{PATH}::Buffer.copy", f"{PATH}::fused"]
 
 
@@ -97,7 +97,7 @@ def test_the_copies_are_verbatim_slices_that_provenance_accepts(tmp_path):
         text = result.files[f"{side}/toy.py"]
         assert text.startswith("# SPDX-License-Identifier: Apache-2.0\n")
         assert f"Copied from vllm {version}:\n{PATH} :: Buffer.copy, fused, Buffer.__init__" in text
-        report = prov.check_copy(f"{side}/toy.py", text, SOURCES[version], [PATH], side)
+        report = matching.check_copy(f"{side}/toy.py", text, SOURCES[version], [PATH], side)
         assert report.ok, [(u.qualname, u.problem, u.diff) for u in report.failed]
         assert {u.qualname for u in report.definitions} == {"Buffer", "Buffer.__init__", "Buffer.copy", "fused",
                                                             "_scaled"}
@@ -165,7 +165,7 @@ def test_refusals_are_one_line(tmp_path, change, message):
 
 
 def test_a_qualname_only_one_release_holds_is_refused(tmp_path):
-    newer = {**SOURCES, "0.30.0": prov.TextSource({PATH: NEW.replace("def fused(", "def fused2(")}, "0.30.0")}
+    newer = {**SOURCES, "0.30.0": TextSource({PATH: NEW.replace("def fused(", "def fused2(")}, "0.30.0")}
     with pytest.raises(UsageError, match=r"fused is not in vllm 0\.30\.0"):
         plan(tmp_path, sources=newer)
 
@@ -210,12 +210,12 @@ def test_the_module_name_comes_from_the_upstream_file():
 def test_the_committed_cpu_gpu_buffer_copies_are_the_scaffold_plus_adapted_lines(tmp_path):
     """legacy|optimized/v1_utils.py were written by new-target: its slices are still their code, and the
     lines the contributor changed are exactly the ADAPTED ones (docstring aside)."""
-    sources = {version: prov.pack_source(version) for version in PAIR}
+    sources = {version: packs.release_source(version) for version in PAIR}
     if not all(sources.values()):
         pytest.skip("no source pack nor cached wheel of vllm 0.29.0/0.30.0 (python -m fuzz sources fetch ...)")
     result = scaffold.plan("x-copy", ["vllm/v1/utils.py::CpuGpuBuffer.copy_to_gpu"], PAIR, sources, module="v1x",
                            also=["vllm/v1/utils.py::CpuGpuBuffer.__init__"], root=checkout(tmp_path))
-    for side in prov.SIDES:
+    for side in common.SIDES:
         scaffolded = result.files[f"{side}/v1x.py"]
         committed = (ROOT / side / "v1_utils.py").read_text()
         body = lambda text: text[text.index("class CpuGpuBuffer"):]  # noqa: E731

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
 from fuzz.errors import UsageError
-from fuzz.provenance._common import (  # noqa: F401
+from fuzz.releases.common import (
     INSTALLED,
 )
 
@@ -158,16 +158,3 @@ def release_version(spec: str) -> str | None:
     """The X of ``vllm==X`` (spaces allowed); None for anything else (a path)."""
     match = re.fullmatch(r"\s*vllm\s*==\s*([\w.+!-]+)\s*", spec)
     return match.group(1) if match else None
-
-
-def _against_version(spec: str) -> str | None:
-    """The X of ``--against vllm==X``; None for a path; a UsageError for anything else."""
-    version = release_version(spec)
-    if version:
-        return version
-    if spec == INSTALLED or Path(spec).expanduser().exists():
-        return None
-    raise UsageError(f"--against {spec!r} is neither vllm==VERSION nor an existing path; "
-                     f"pass e.g. --against vllm==0.33.0, a .whl file or a directory holding vllm/")
-
-

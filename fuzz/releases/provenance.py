@@ -26,108 +26,30 @@ from pathlib import Path
 from typing import Sequence
 
 from fuzz.errors import UsageError
-from fuzz.provenance._common import (  # noqa: F401
-    ADAPTED_RE,
+from fuzz.releases.common import (
     CACHE_ENV,
     EXIT_FAILURE,
     EXIT_OK,
     INSTALLED,
-    MAX_GAP_LINES,
-    MAX_HUNKS,
     PROJECT_ROOT,
     SIDE_VERSIONS,
     SIDES,
-    UPSTREAM_PATH_RE,
     default_cache,
     side_version,
-    version_key,
 )
-from fuzz.provenance.drift import (  # noqa: F401
-    Drift,
-    _same,
-    compare,
-    definition_text,
-    drift_report,
-    extract,
-    format_drift,
-)
-from fuzz.provenance.matching import (  # noqa: F401
-    CopyLines,
-    ModuleReport,
-    Span,
-    UnitReport,
-    UpstreamFile,
-    _Checker,
-    _def_start,
-    _is_def,
-    _lcs,
-    align,
-    check_copy,
-    is_subsequence,
-    normalize,
-    parse,
-    referenced_paths,
-    upstream_file,
-    walk_spans,
-)
-from fuzz.provenance.sources import (  # noqa: F401
-    Source,
-    TextSource,
-    TreeSource,
-    WheelSource,
-    _against_version,
-    _installed_source,
-    _last_error_line,
-    _version_from_text,
-    _version_from_wheel_name,
-    cached_wheel,
-    fetch_wheel,
-    open_source,
-)
-from fuzz.provenance.verify import (  # noqa: F401
-    TargetRow,
-    _covering_unit,
-    _describe,
-    _module_of,
+from fuzz.releases.drift import drift_report, format_drift
+from fuzz.releases.packs import default_source
+from fuzz.releases.sources import Source, open_source, release_version
+from fuzz.releases.verify import (
     check_side,
     copy_modules,
     format_verification,
     group_modules,
-    module_pairs,
-    split_upstream,
-    target_pair,
+    module_of,
     target_rows,
-    upstream_files_by_module,
     with_helper_modules,
 )
 from fuzz.versions import DEFAULT_PAIR
-
-# --------------------------------------------------------------------------- default sources
-
-
-def pack_source(version: str, cache: Path | None = None, search: Sequence[str] = ()) -> Source | None:
-    """vllm ``version`` without a download: its source pack (``sources/vllm-X/``, fuzz/packs.py), else
-    its wheel in the cache; None when neither has it (or fuzz/packs.py is not in this checkout).
-
-    Packs hold only the vllm files the catalog needs, so provenance runs offline from the checkout.
-    ``search``: pack folders looked in first (``--sources``), then ``$SYNCFUZZ_SOURCES`` and ``sources/``,
-    as ``run --legacy vllm==X`` resolves a release.
-    """
-    try:
-        from fuzz.packs import release_source
-    except ImportError:  # fuzz/packs.py is not in this checkout: the wheel cache alone
-        wheel = cached_wheel(version, cache or default_cache())
-        return WheelSource(wheel) if wheel else None
-    return release_source(version, search, cache=cache)
-
-
-def default_source(version: str, cache: Path, quiet: bool = False, pip_args: Sequence[str] = (),
-                   search: Sequence[str] = ()) -> Source:
-    """Where vllm ``version`` is read from when no flag names a source: its source pack (``search``,
-    ``$SYNCFUZZ_SOURCES``, the repo's), else its wheel from the cache, downloaded with pip if missing."""
-    return (pack_source(version, cache, search)
-            or WheelSource(fetch_wheel(version, cache, quiet=quiet, pip_args=pip_args)))
-
 
 # --------------------------------------------------------------------------- CLI
 
@@ -190,6 +112,17 @@ def _given_sources(args: argparse.Namespace, pairs_in_play: Sequence[tuple[str, 
     return given
 
 
+def _against_version(spec: str) -> str | None:
+    """The X of ``--against vllm==X``; None for a path; a UsageError for anything else."""
+    version = release_version(spec)
+    if version:
+        return version
+    if spec == INSTALLED or Path(spec).expanduser().exists():
+        return None
+    raise UsageError(f"--against {spec!r} is neither vllm==VERSION nor an existing path; "
+                     f"pass e.g. --against vllm==0.33.0, a .whl file or a directory holding vllm/")
+
+
 def _pack_folders(folders: Sequence[str]) -> list[str]:
     """--sources folders, checked (one line and exit 2) before any download."""
     for folder in folders:
@@ -216,7 +149,7 @@ def cmd_provenance(args: argparse.Namespace) -> int:
     modules = {side: copy_modules(PROJECT_ROOT, side) for side in SIDES}  # every copy module
     if getattr(args, "target", None):
         # The chosen targets' copy modules and the helper modules they import (fla_index -> fla_utils).
-        modules = {side: with_helper_modules(side, sorted({_module_of(getattr(t, side)) for t in chosen}))
+        modules = {side: with_helper_modules(side, sorted({module_of(getattr(t, side)) for t in chosen}))
                    for side in SIDES}
     groups = group_modules(everyone, modules)  # {(side, pair): modules}; a module in two pairs is an error
     pairs_in_play = list(dict.fromkeys(pair for _, pair in groups))

@@ -8,19 +8,18 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from fuzz.errors import UsageError
-from fuzz.provenance._common import (  # noqa: F401
+from fuzz.releases.common import (
     PROJECT_ROOT,
     SIDE_VERSIONS,
     SIDES,
-    side_version,
     version_key,
 )
-from fuzz.provenance.matching import (  # noqa: F401
+from fuzz.releases.matching import (
     ModuleReport,
     UnitReport,
     check_copy,
 )
-from fuzz.provenance.sources import (  # noqa: F401
+from fuzz.releases.sources import (
     Source,
 )
 from fuzz.versions import DEFAULT_PAIR
@@ -28,7 +27,7 @@ from fuzz.versions import DEFAULT_PAIR
 # --------------------------------------------------------------------------- targets and copy modules
 
 
-def _module_of(impl_path: str) -> str:
+def module_of(impl_path: str) -> str:
     """``"optimized.keye:Cls.fn"`` -> ``"keye"``."""
     return impl_path.partition(":")[0].split(".", 1)[1]
 
@@ -43,7 +42,7 @@ def upstream_files_by_module(targets: Sequence) -> dict[str, list[str]]:
     files: dict[str, list[str]] = {}
     for target in targets:
         for impl in (target.legacy, target.optimized):
-            known = files.setdefault(_module_of(impl), [])
+            known = files.setdefault(module_of(impl), [])
             for ref in target.upstream:
                 path = split_upstream(ref)[0]
                 if path not in known:
@@ -106,7 +105,7 @@ def module_pairs(targets: Sequence, side: str, root: Path = PROJECT_ROOT) -> dic
         path = getattr(target, side, None)
         if not path or not path.startswith(f"{side}."):
             continue  # a mutant built in memory (tests.planted) is no copy module
-        module = _module_of(path)
+        module = module_of(path)
         if module not in closure:
             closure[module] = [m for m in with_helper_modules(side, [module], root)
                                if (root / side / f"{m}.py").is_file()]
@@ -174,7 +173,7 @@ def target_rows(targets: Sequence, reports: Sequence[ModuleReport]) -> list[Targ
     rows = []
     for target in targets:
         for side in SIDES:
-            report = by_copy.get(f"{side}/{_module_of(getattr(target, side))}.py")
+            report = by_copy.get(f"{side}/{module_of(getattr(target, side))}.py")
             if report is None:
                 continue
             covered = [(ref, _covering_unit(report, ref)) for ref in target.upstream]

@@ -5,7 +5,7 @@ harness's namespace: stand-in classes, local helpers in place of vllm
 imports, and ``# ADAPTED:`` edits. Provenance maps every verbatim definition
 to its upstream definition in the release the copy came from (the *base*).
 Given another source (a release, a checkout), each such definition is
-replaced by a three-way merge (fuzz/merge3.py) of base, copy and new text:
+replaced by a three-way merge (fuzz/releases/merge3.py) of base, copy and new text:
 upstream's changes come in, the copy's adaptations stay. Everything the copy
 holds that is not an upstream definition (stand-ins, module-level imports and
 constants) is kept as it is, and imports of the copy's own package are
@@ -30,9 +30,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from fuzz.merge3 import Conflict, merge3
-from fuzz.provenance._common import PROJECT_ROOT, UPSTREAM_PATH_RE
-from fuzz.provenance.matching import (
+from fuzz.releases.common import PROJECT_ROOT, UPSTREAM_PATH_RE
+from fuzz.releases.matching import (
     HEADER_RE,
     CopyLines,
     Span,
@@ -43,7 +42,8 @@ from fuzz.provenance.matching import (
     upstream_file,
     walk_spans,
 )
-from fuzz.provenance.sources import Source
+from fuzz.releases.merge3 import Conflict, merge3
+from fuzz.releases.sources import Source
 
 MODULE_NAMES = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__"}
 

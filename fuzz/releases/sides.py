@@ -2,11 +2,11 @@
 
 SIDE is ``copy`` (the frozen copy under ``legacy/`` or ``optimized/``),
 ``vllm==X.Y.Z`` (a release, from a source pack or the wheel cache:
-fuzz/packs.py) or a PATH (a vllm checkout, an unpacked wheel, a ``.whl``).
+fuzz/releases/packs.py) or a PATH (a vllm checkout, an unpacked wheel, a ``.whl``).
 A side from a source is the copy package nearest to that source's version
 (the *template*: ``optimized/`` for 0.28.0 and later or an unversioned
 checkout, ``legacy/`` before), rebuilt module by module from the source
-(fuzz/sidebuild.py) and imported under its own package name, so both roles
+(fuzz/releases/sidebuild.py) and imported under its own package name, so both roles
 can come from sources at once. A target whose code cannot be rebuilt from
 that source is ``cannot-build`` for the run, with the reason.
 
@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fuzz.errors import UsageError
-from fuzz.packs import SHIPPED_PACKS, catalog_paths, release_source
-from fuzz.provenance._common import side_version, version_key
-from fuzz.provenance.sources import Source, open_source, release_version
-from fuzz.provenance.verify import upstream_files_by_module
-from fuzz.sidebuild import ModuleBuild, build_module, reach
+from fuzz.releases.common import side_version, version_key
+from fuzz.releases.packs import SHIPPED_PACKS, catalog_paths, release_source
+from fuzz.releases.sidebuild import ModuleBuild, build_module, reach
+from fuzz.releases.sources import Source, open_source, release_version
+from fuzz.releases.verify import upstream_files_by_module
 from fuzz.targets import FORM_ATTRIBUTE, RELEASE_ATTRIBUTE, Target
 from fuzz.versions import DEFAULT_PAIR
 

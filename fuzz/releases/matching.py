@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
 from fuzz.errors import UsageError
-from fuzz.provenance._common import (  # noqa: F401
+from fuzz.releases.common import (
     ADAPTED_RE,
     MAX_GAP_LINES,
     MAX_HUNKS,
     UPSTREAM_PATH_RE,
 )
-from fuzz.provenance.sources import (  # noqa: F401
+from fuzz.releases.sources import (
     Source,
 )
 
@@ -44,12 +44,12 @@ class Span:
         return [row for row in range(self.start, self.end + 1) if row not in inner]
 
 
-def _def_start(node: ast.AST) -> int:
+def def_start(node: ast.AST) -> int:
     decorators = getattr(node, "decorator_list", [])
     return min([node.lineno, *(d.lineno for d in decorators)])
 
 
-def _is_def(node: ast.AST) -> bool:
+def is_def(node: ast.AST) -> bool:
     return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
 
 
@@ -59,16 +59,16 @@ def walk_spans(body: Iterable[ast.stmt], prefix: str = "") -> Iterator[Span]:
     Functions nested inside functions are part of their enclosing function.
     """
     for node in body:
-        if not _is_def(node):
+        if not is_def(node):
             continue
         qualname = prefix + node.name
         if isinstance(node, ast.ClassDef):
-            kids = [child for child in node.body if _is_def(child)]
-            children = tuple((_def_start(k), k.end_lineno) for k in kids)
-            yield Span(qualname, "class", _def_start(node), node.end_lineno, children)
+            kids = [child for child in node.body if is_def(child)]
+            children = tuple((def_start(k), k.end_lineno) for k in kids)
+            yield Span(qualname, "class", def_start(node), node.end_lineno, children)
             yield from walk_spans(kids, qualname + ".")
         else:
-            yield Span(qualname, "function", _def_start(node), node.end_lineno)
+            yield Span(qualname, "function", def_start(node), node.end_lineno)
 
 
 def parse(text: str, name: str) -> ast.Module:
@@ -435,12 +435,12 @@ class _Checker:
             report.header_docstring = body[0].end_lineno - body[0].lineno + 1
             body = body[1:]
         inside = {row for node in self.tree.body
-                  for row in range(self._first_row(_def_start(node)) if _is_def(node) else node.lineno,
+                  for row in range(self._first_row(def_start(node)) if is_def(node) else node.lineno,
                                    node.end_lineno + 1)}
         report.module_comments = len([r for r in self.facts.comment_only if r not in inside])
         everything = [(f, [f.norm[r - 1] for r in f.all_rows()]) for f in self.upstream]
         for node in body:
-            if _is_def(node):
+            if is_def(node):
                 continue
             rows = [r for r in self._split(range(node.lineno, node.end_lineno + 1), unit)
                     if r not in self.facts.comment_only]

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from fuzz.errors import UsageError
-from fuzz.provenance._common import PROJECT_ROOT, default_cache
-from fuzz.provenance.matching import referenced_paths
-from fuzz.provenance.sources import (
+from fuzz.releases.common import PROJECT_ROOT, default_cache
+from fuzz.releases.matching import referenced_paths
+from fuzz.releases.sources import (
     Source,
     TreeSource,
     WheelSource,
@@ -129,6 +129,17 @@ def release_source(version: str, search: Sequence[str] = (), cache: Path | None 
         return pack
     wheel = cached_wheel(version, cache or default_cache())
     return WheelSource(wheel) if wheel else None
+
+
+def default_source(version: str, cache: Path, quiet: bool = False, pip_args: Sequence[str] = (),
+                   search: Sequence[str] = ()) -> Source:
+    """Where vllm ``version`` is read from when no flag names a source: its source pack (``search``,
+    ``$SYNCFUZZ_SOURCES``, the repo's), else its wheel from the cache, downloaded with pip if missing.
+
+    Packs hold only the vllm files the catalog needs, so provenance and scaffolding run offline from
+    the checkout, as ``run --legacy vllm==X`` resolves a release."""
+    return (release_source(version, search, cache=cache)
+            or WheelSource(fetch_wheel(version, cache, quiet=quiet, pip_args=pip_args)))
 
 
 def write_pack(source: Source, into: Path, paths: Sequence[str], origin: dict[str, Any]) -> Path:

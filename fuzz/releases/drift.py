@@ -6,17 +6,16 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from fuzz.provenance.matching import (  # noqa: F401
+from fuzz.releases.common import SIDES, side_version
+from fuzz.releases.matching import (
     ModuleReport,
     normalize,
     upstream_file,
 )
-from fuzz.provenance.sources import (  # noqa: F401
+from fuzz.releases.sources import (
     Source,
 )
-from fuzz.provenance.verify import (  # noqa: F401
-    SIDES,
-    side_version,
+from fuzz.releases.verify import (
     split_upstream,
     target_pair,
 )

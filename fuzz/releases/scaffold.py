@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from fuzz.errors import UsageError
-from fuzz.provenance._common import PROJECT_ROOT, SIDES, default_cache, side_version
-from fuzz.provenance.matching import Span, UpstreamFile, _def_start, _is_def, upstream_file
-from fuzz.provenance.sources import Source
+from fuzz.releases.common import PROJECT_ROOT, SIDES, default_cache, side_version
+from fuzz.releases.matching import Span, UpstreamFile, def_start, is_def, upstream_file
+from fuzz.releases.packs import default_source
+from fuzz.releases.sources import Source, open_source
 
 # What the copies may import (docs/adding-a-target.md): the standard library, torch, numpy, triton.
 ALLOWED_PACKAGES = {"torch", "numpy", "triton"}
@@ -96,15 +97,15 @@ def _kept_rows(body: Sequence[ast.stmt], wanted: set[str], prefix: str = "") -> 
     a class holding a selected one: its own rows and its selected children."""
     rows: list[int] = []
     for node in body:
-        if not _is_def(node):
+        if not is_def(node):
             continue
         qualname = prefix + node.name
-        start = _def_start(node)
+        start = def_start(node)
         if qualname in wanted:
             rows.extend(range(start, node.end_lineno + 1))
         elif isinstance(node, ast.ClassDef) and any(w.startswith(qualname + ".") for w in wanted):
-            kids = [k for k in node.body if _is_def(k)]
-            inner = {row for k in kids for row in range(_def_start(k), k.end_lineno + 1)}
+            kids = [k for k in node.body if is_def(k)]
+            inner = {row for k in kids for row in range(def_start(k), k.end_lineno + 1)}
             rows.extend(row for row in range(start, node.end_lineno + 1) if row not in inner)
             rows.extend(_kept_rows(kids, wanted, qualname + "."))
     return sorted(set(rows))
@@ -260,13 +261,13 @@ def _slice_file(text: str, path: str, version: str, qualnames: Sequence[str], co
             if id(node) not in emitted:
                 emitted.add(id(node))
                 helper_nodes.append(node)
-                start = _def_start(node) if _is_def(node) else node.lineno
+                start = def_start(node) if is_def(node) else node.lineno
                 todo_names.extend(_free_names(textwrap.dedent("\n".join(lines[start - 1:node.end_lineno]))))
     copy.placeholders.extend(text for _, text in sorted(mapped))  # upstream order
     for node in sorted(import_nodes, key=lambda n: n.lineno):
         copy.imports.append(textwrap.dedent(ast.get_source_segment(text, node) or ""))
     for node in sorted(helper_nodes, key=lambda n: n.lineno):
-        start = _def_start(node) if _is_def(node) else node.lineno
+        start = def_start(node) if is_def(node) else node.lineno
         copy.helpers.append(textwrap.dedent("\n".join(lines[start - 1:node.end_lineno])))
     copy.slices.append(_comment_out_decorators(body, placeholder_names, copy.todo, path))
 
@@ -523,13 +524,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--optimized-source", metavar="PATH", help="the optimized release (as --legacy-source)")
     p.add_argument("--cache", metavar="DIR", help="wheel cache (default $SYNCFUZZ_WHEEL_CACHE, else "
                                                   "~/.cache/syncfuzz/wheels)")
-    # main() dispatches on args.command; until cli.py's table names "new-target", the
-    # provenance entry point hands these arguments on (fuzz.provenance.cmd_provenance).
 
 
 def cmd_new_target(args: argparse.Namespace) -> int:
     from fuzz.preflight import check_cache, refuse_empty
-    from fuzz.provenance import default_source, open_source
 
     # "" was silently this checkout (--root) or the default release (--*-source)
     refuse_empty({"--root": args.root, "--legacy-source": args.legacy_source,

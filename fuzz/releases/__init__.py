@@ -1,0 +1,53 @@
+"""vllm releases and checkouts as sources: where each copy came from, sides built from any release.
+
+The upstream-source tooling, one package; the rest of the engine imports only the names below
+(lint-imports checks it). Its modules, lowest first (no module imports one above it):
+
+* ``common``: constants and small helpers every module shares (the sides, the wheel cache);
+* ``sources``: a vllm release read as files -- a wheel, a tree, a local install (never imported);
+* ``matching``: a copy's lines found in order in their upstream definitions;
+* ``verify`` and ``drift``: every copy module checked against its release; what changed since;
+* ``packs``: source packs, the few vllm files the catalog needs, kept offline in ``sources/``,
+  and where a release is read from when no flag names it (pack, else wheel cache, else pip);
+* ``merge3`` and ``sidebuild``: a copy rebuilt on another release's text by a three-way merge;
+* ``sides``: ``--legacy``/``--optimized`` bound to a target (the copy, ``vllm==X`` or a PATH);
+* ``provenance``, ``scaffold``: the ``provenance`` and ``new-target`` commands (``sources``: packs).
+"""
+
+from __future__ import annotations
+
+from fuzz.releases.matching import HEADER_RE, CopyLines, align, check_copy, normalize, upstream_file
+from fuzz.releases.packs import add_parser as add_sources_parser
+from fuzz.releases.packs import catalog_paths, cmd_sources, release_source
+from fuzz.releases.provenance import add_parser as add_provenance_parser
+from fuzz.releases.provenance import cmd_provenance
+from fuzz.releases.scaffold import add_parser as add_new_target_parser
+from fuzz.releases.scaffold import cmd_new_target
+from fuzz.releases.sidebuild import entry_digests
+from fuzz.releases.sides import (
+    COPY,
+    PACKAGE,
+    CannotBuild,
+    base_source,
+    bind_sides,
+    check_repro_sides,
+    check_side,
+    identity,
+    side_identities,
+    side_labels,
+    side_source,
+)
+from fuzz.releases.sources import release_version
+from fuzz.releases.verify import upstream_files_by_module
+
+__all__ = [
+    # the commands: provenance, sources (packs), new-target
+    "add_new_target_parser", "add_provenance_parser", "add_sources_parser",
+    "cmd_new_target", "cmd_provenance", "cmd_sources",
+    # sides: a run's --legacy/--optimized bound to its targets, and what each side is
+    "COPY", "PACKAGE", "CannotBuild", "bind_sides", "check_repro_sides", "check_side", "identity",
+    "side_identities", "side_labels", "side_source", "base_source", "release_version",
+    # what the reach report and the sync rule read: the upstream files, copies matched to them, digests
+    "HEADER_RE", "CopyLines", "align", "check_copy", "normalize", "upstream_file", "catalog_paths",
+    "release_source", "upstream_files_by_module", "entry_digests",
+]
