@@ -29,14 +29,20 @@ import torch
 
 from fuzz.outcome import SideResult
 from fuzz.targets import Comparison
-from fuzz.verdicts import Verdict
+from fuzz.verdicts import PathPart, Verdict, render_path
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    path: str
+    path: str  # rendered: render_path(parts) for a leaf of the outputs, else a name ("invariant NAME", "consumer")
     what: str  # "type", "shape", "dtype", "device", "values", "layout", "length", "keys", "exception", "syncs"
     detail: str
+    parts: tuple[PathPart, ...] = ()  # the leaf's path as compare_values walked it; () when not a leaf
+
+    @classmethod
+    def at(cls, parts: tuple[PathPart, ...], what: str, detail: str) -> Mismatch:
+        """A mismatch at a leaf of the outputs, its path rendered once (fuzz.verdicts)."""
+        return cls(render_path(parts), what, detail, parts)
 
     def as_json(self) -> dict[str, str]:
         return {"path": self.path or "<output>", "what": self.what, "detail": self.detail}
@@ -45,7 +51,7 @@ class Mismatch:
 SIDES = ("legacy", "optimized")
 
 
-def compare_values(legacy: Any, optimized: Any, policy: Comparison, path: str = "",
+def compare_values(legacy: Any, optimized: Any, policy: Comparison, path: tuple[PathPart, ...] = (),
                    labels: tuple[str, str] = SIDES) -> Iterator[Mismatch]:
     """Yield every mismatch between two output trees, the sides named by ``labels``."""
     la, lb = labels
@@ -57,32 +63,32 @@ def compare_values(legacy: Any, optimized: Any, policy: Comparison, path: str = 
         yield from _compare_tensors(legacy, optimized, policy, path, labels)
     elif isinstance(legacy, (list, tuple)) and isinstance(optimized, (list, tuple)):
         if type(legacy) is not type(optimized):
-            yield Mismatch(path, "type", f"{la} {type(legacy).__name__}, {lb} {type(optimized).__name__}")
+            yield Mismatch.at(path, "type", f"{la} {type(legacy).__name__}, {lb} {type(optimized).__name__}")
         if len(legacy) != len(optimized):
-            yield Mismatch(path, "length", f"{la} {len(legacy)}, {lb} {len(optimized)}")
+            yield Mismatch.at(path, "length", f"{la} {len(legacy)}, {lb} {len(optimized)}")
             return
         for i, (a, b) in enumerate(zip(legacy, optimized)):
-            yield from compare_values(a, b, policy, f"{path}[{i}]", labels)
+            yield from compare_values(a, b, policy, (*path, i), labels)
     elif isinstance(legacy, dict) and isinstance(optimized, dict):
         if set(legacy) != set(optimized):
-            yield Mismatch(path, "keys", f"{la} {sorted(map(str, legacy))}, {lb} {sorted(map(str, optimized))}")
+            yield Mismatch.at(path, "keys", f"{la} {sorted(map(str, legacy))}, {lb} {sorted(map(str, optimized))}")
         for key in legacy.keys() & optimized.keys():
-            yield from compare_values(legacy[key], optimized[key], policy, f"{path}[{key!r}]", labels)
+            yield from compare_values(legacy[key], optimized[key], policy, (*path, key), labels)
     elif type(legacy) is not type(optimized):
-        yield Mismatch(path, "type", f"{la} {type(legacy).__name__}, {lb} {type(optimized).__name__}")
+        yield Mismatch.at(path, "type", f"{la} {type(legacy).__name__}, {lb} {type(optimized).__name__}")
     elif legacy != optimized and not _both_nan(legacy, optimized):
-        yield Mismatch(path, "values", f"{la} {legacy!r}, {lb} {optimized!r}")
+        yield Mismatch.at(path, "values", f"{la} {legacy!r}, {lb} {optimized!r}")
 
 
 def _both_nan(a: Any, b: Any) -> bool:
     return isinstance(a, float) and isinstance(b, float) and a != a and b != b
 
 
-def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: str,
+def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: tuple[PathPart, ...],
                      labels: tuple[str, str]) -> Iterator[Mismatch]:
     la, lb = labels
     if not (isinstance(legacy, torch.Tensor) and isinstance(optimized, torch.Tensor)):
-        yield Mismatch(path, "type", f"{la} {type(legacy).__name__}, {lb} {type(optimized).__name__}")
+        yield Mismatch.at(path, "type", f"{la} {type(legacy).__name__}, {lb} {type(optimized).__name__}")
         return
     for what, a, b in (
         ("shape", tuple(legacy.shape), tuple(optimized.shape)),
@@ -90,7 +96,7 @@ def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: str,
         ("device", legacy.device, optimized.device),
     ):
         if a != b:
-            yield Mismatch(path, what, f"{la} {a}, {lb} {b}")
+            yield Mismatch.at(path, what, f"{la} {a}, {lb} {b}")
             return
     yield from _compare_tensor_values(legacy, optimized, policy, path, labels)
     if policy.layout:
@@ -98,19 +104,19 @@ def _compare_tensors(legacy: Any, optimized: Any, policy: Comparison, path: str,
 
 
 def _compare_tensor_values(legacy: torch.Tensor, optimized: torch.Tensor, policy: Comparison,
-                           path: str, labels: tuple[str, str]) -> Iterator[Mismatch]:
+                           path: tuple[PathPart, ...], labels: tuple[str, str]) -> Iterator[Mismatch]:
     a, b = legacy.detach().cpu(), optimized.detach().cpu()
     exact = policy.floats == "exact" or not (a.is_floating_point() or a.is_complex())
     if exact:
         if not torch.equal(a, b) and not _equal_with_nans(a, b):
-            yield Mismatch(path, "values", _describe_exact(a, b, labels))
+            yield Mismatch.at(path, "values", _describe_exact(a, b, labels))
         return
     if _close_fast(a, b):
         return
     try:
         torch.testing.assert_close(b, a, equal_nan=True)
     except AssertionError as exc:
-        yield Mismatch(path, "values", " ".join(str(exc).split()))
+        yield Mismatch.at(path, "values", " ".join(str(exc).split()))
 
 
 # assert_close's default (rtol, atol) per dtype, read from the installed torch so the
@@ -144,12 +150,12 @@ def layout_of(tensor: torch.Tensor) -> tuple[tuple[int | None, ...], bool]:
     return tuple(None if n == 1 else s for n, s in zip(sizes, strides)), tensor.is_contiguous()
 
 
-def _compare_layout(legacy: torch.Tensor, optimized: torch.Tensor, path: str,
+def _compare_layout(legacy: torch.Tensor, optimized: torch.Tensor, path: tuple[PathPart, ...],
                     labels: tuple[str, str]) -> Iterator[Mismatch]:
     """Checked after the values: a leaf whose values differ too is reported
     (and de-duplicated, fuzz.model.failure_signature) as a value mismatch first."""
     if layout_of(legacy) != layout_of(optimized):
-        yield Mismatch(path, "layout", (
+        yield Mismatch.at(path, "layout", (
             f"{labels[0]} strides {_strides(legacy)} (contiguous {legacy.is_contiguous()}), "
             f"{labels[1]} strides {_strides(optimized)} (contiguous {optimized.is_contiguous()}) "
             f"for shape {tuple(legacy.shape)}"))

@@ -98,7 +98,7 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     # poisoning of host inputs) does may reach the spec that is saved and replayed.
     spec = copy.deepcopy(spec)
     # A side rebuilt from a source takes its inputs in the form of the copy it was
-    # rebuilt from (fuzz/sides.py): --optimized vllm==0.27.1 gets legacy's inputs.
+    # rebuilt from (fuzz/releases/sides.py): --optimized vllm==0.27.1 gets legacy's inputs.
     form = getattr(impl.module, FORM_ATTRIBUTE, side) if side in ("legacy", "optimized") else side
     on_cuda = spec["device"].startswith("cuda")
     result = SideResult()
@@ -169,7 +169,8 @@ def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) 
                                    labels=("copy", "vllm"))
         if third.failed:
             verdict = Verdict.UPSTREAM_DIVERGENCE
-            mismatches = [Mismatch(m.path, m.what, "optimized copy vs real vllm: " + m.detail) for m in differences]
+            mismatches = [Mismatch(m.path, m.what, "optimized copy vs real vllm: " + m.detail, m.parts)
+                          for m in differences]
             oracles = ("upstream", *oracles)
     return ExampleResult(spec, verdict, mismatches, legacy, optimized, oracles)
 

@@ -20,7 +20,6 @@ No torch here: merging reports must not need a GPU stack.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,6 +38,7 @@ from fuzz.verdicts import (
     UNTESTED,
     UPSTREAM_COMPARED,
     Verdict,
+    blank_indices,
     worst,
 )
 
@@ -47,7 +47,6 @@ REPORT_FORMAT = "syncfuzz-report/2"
 READABLE_FORMATS = (REPORT_FORMAT,)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
-_INDEX = re.compile(r"\[\d+\]")
 SIDES = ("legacy", "optimized")
 
 
@@ -97,7 +96,7 @@ def failure_signature(verdict: str, mismatches: Iterable[Mapping[str, str]],
     if verdict in CRASH_VERDICTS:
         where = [[m["what"], m["detail"].split(";")[0]] for m in mismatches]
     else:
-        where = [[_INDEX.sub("[]", m["path"]), m["what"]] for m in mismatches[:1]]
+        where = [[blank_indices(m["path"]), m["what"]] for m in mismatches[:1]]
     return json.dumps([verdict, where, [exceptions.get("legacy"), exceptions.get("optimized")]])
 
 

@@ -178,7 +178,7 @@ def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: S
     sides = " and ".join(by_side)
     first = next(iter(by_side.values()))
     return [Mismatch(f"reference{m.path}", "reference",
-                     f"{sides} vs reference: " + _one_line(m.detail)) for m in first]
+                     f"{sides} vs reference: " + _one_line(m.detail), m.parts) for m in first]
 
 
 def consumer_of(target: Target) -> Consumer | None:

@@ -273,12 +273,13 @@ def test_merge_keeps_each_inputs_machine_and_claims_none_for_all():
 def test_a_run_records_the_machine_it_used(tmp_path):
     """The whole path: a CPU run's report says how many examples per device, at what rate, and that there
     was no GPU to share (no NVML sampling without CUDA examples)."""
-    from fuzz.cli import main
+    from fuzz.config import RunConfig
+    from fuzz.session import run
 
     report = tmp_path / "r.json"
-    assert main(["run", "--device", "cpu", "--target", "fla-chunk-offsets", "--max-examples", "7", "--seed", "1",
-                 "--in-process", "--confirm", "0", "--quiet", "--corpus", str(tmp_path / "c"),
-                 "--report", str(report), "--gpu-share", "mps"]) == 0
+    config = RunConfig(targets=("fla-chunk-offsets",), devices=("cpu",), max_examples=7, seed=1, isolated=False,
+                       confirm=0, corpus=str(tmp_path / "c"), gpu_share="mps")
+    assert run(config, outputs={"report": report}).exit_code == 0
     machine = json.loads(report.read_text())["run"]["machine"]
     assert machine["examples"] == {"cpu": 7} and machine["examples_per_s"]["cpu"] > 0 and machine["seconds"] >= 0
     assert machine["gpu_share"]["mode"] == "none" and machine["gpu_share"]["asked"] == "mps"
