@@ -275,7 +275,7 @@ class TargetEntry:
     fuzzer_error: str | None = None
     upstream_check: str | None = None  # under --upstream: compared, or why not
     placement: tuple[Mapping[str, Any], ...] = ()  # where each item ran (xdist)
-    cannot_build: str | None = None  # why a side's source cannot be built into this target (fuzz/sides.py)
+    cannot_build: str | None = None  # why a side's source cannot be built into this target (fuzz/releases/sides.py)
     # Which rule judged the optimized side's syncs (docs/verdicts.md#which-sync-rule): "budget" (the copies),
     # "relative" (sides from sources), "relative+budget"; None where none applies (skipped, cannot-build).
     sync_rule: str | None = None
