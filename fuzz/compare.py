@@ -1,10 +1,11 @@
-"""Compare two sides' outcomes and name the verdict.
+"""Compare two sides' outcomes: the differential oracle.
 
-The verdicts, and their severity order, are defined once: fuzz/verdicts.py
-(``SEVERITY``) and docs/verdicts.md. ``crash`` / ``hang`` are decided by the
-isolation layer (fuzz/isolation.py), never by ``judge``; the same exception
-type on both sides agrees (the messages may differ: they often embed
-addresses or sizes).
+``differential`` says agree, divergence or error-mismatch of one example;
+the example's verdict, weighed with the other oracles, is decided in
+fuzz/verdicts.py (``decide_example``), with the severity order, and defined
+in docs/verdicts.md. ``crash`` / ``hang`` are decided by the isolation layer
+(fuzz/isolation.py); the same exception type on both sides agrees (the
+messages may differ: they often embed addresses or sizes).
 
 Messages name the two sides by ``labels`` (``("legacy", "optimized")`` unless
 the caller passes others: the upstream check's ``("copy", "vllm")``, the
@@ -21,7 +22,6 @@ tensor to kernels or views), strides and contiguity must match too
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -29,24 +29,7 @@ import torch
 
 from fuzz.outcome import SideResult
 from fuzz.targets import Comparison
-from fuzz.verdicts import PathPart, Verdict, render_path
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    path: str  # rendered: render_path(parts) for a leaf of the outputs, else a name ("invariant NAME", "consumer")
-    what: str  # "type", "shape", "dtype", "device", "values", "layout", "length", "keys", "exception", "syncs"
-    detail: str
-    parts: tuple[PathPart, ...] = ()  # the leaf's path as compare_values walked it; () when not a leaf
-
-    @classmethod
-    def at(cls, parts: tuple[PathPart, ...], what: str, detail: str) -> Mismatch:
-        """A mismatch at a leaf of the outputs, its path rendered once (fuzz.verdicts)."""
-        return cls(render_path(parts), what, detail, parts)
-
-    def as_json(self) -> dict[str, str]:
-        return {"path": self.path or "<output>", "what": self.what, "detail": self.detail}
-
+from fuzz.verdicts import Mismatch, PathPart, Verdict
 
 SIDES = ("legacy", "optimized")
 
@@ -197,34 +180,19 @@ def same_exactly(legacy: Any, optimized: Any) -> bool:
     return next(compare_values(legacy, optimized, EXACTLY), None) is None
 
 
-def judge(legacy: SideResult, optimized: SideResult, policy: Comparison, expected_syncs: int | None,
-          contract: str = "caller", known_equal: bool = False, rule: str | None = None,
-          labels: tuple[str, str] = SIDES) -> tuple[Verdict, list[Mismatch]]:
-    """The verdict for one example and the mismatches behind it.
+def differential(legacy: SideResult, optimized: SideResult, policy: Comparison, known_equal: bool = False,
+                 labels: tuple[str, str] = SIDES) -> tuple[Verdict, list[Mismatch]]:
+    """The differential oracle on one example: agree, divergence or error-mismatch, and the mismatches
+    behind it (fuzz.verdicts.decide_example weighs it with the other oracles).
 
-    Syncs: under the caller contract the optimized side may make at most the
-    target's declared number. Under the wide contract inputs arrive in forms
-    the optimized code was never meant to take sync-free (device metadata, CPU
-    coordinates), so there it only regresses when it syncs more than legacy.
-    ``known_equal``: the values were already found ``same_exactly``, which
-    passes every policy, so they are not compared again. ``rule``: which rule
-    set ``expected_syncs`` (fuzz/syncrule.py ``budget_note``), named in a sync
-    regression's detail. ``labels``: the sides' names in the mismatches' text.
+    ``known_equal``: the values were already found ``same_exactly``, which passes every policy, so they
+    are not compared again. ``labels``: the sides' names in the mismatches' text.
     """
     if legacy.raised or optimized.raised:
         return _judge_exceptions(legacy, optimized, labels)
     mismatches = [] if known_equal else list(compare_values(legacy.value, optimized.value, policy, labels=labels))
     if mismatches:
         return Verdict.DIVERGENCE, mismatches
-    allowed = expected_syncs
-    if contract == "wide" and expected_syncs is not None and legacy.syncs is not None:
-        allowed = max(expected_syncs, legacy.syncs)
-    if allowed is not None and optimized.syncs is not None and optimized.syncs > allowed:
-        detail = (
-            f"optimized made {optimized.syncs} GPU<->CPU syncs per call, target allows {allowed} "
-            f"(legacy made {legacy.syncs}" + (f"; {rule})" if rule else ")")
-        )
-        return Verdict.SYNC_REGRESSION, [Mismatch("", "syncs", detail)]
     return Verdict.AGREE, []
 
 

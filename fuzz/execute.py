@@ -8,11 +8,12 @@ outside the tally: only the upstream call is counted.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from fuzz.compare import Mismatch, Verdict, judge, same_exactly
+from fuzz.compare import differential, same_exactly
 from fuzz.config import RunConfig
 from fuzz.errors import FuzzError, HarnessError
 from fuzz.model import failure_signature
@@ -21,9 +22,10 @@ from fuzz.outcome import Raised, SideResult
 from fuzz.reach import measuring
 from fuzz.stagetimes import stage
 from fuzz.stress import call_under_stress
-from fuzz.syncrule import budget_note, judges_budget, judges_relative, relative_detail, sync_rule
+from fuzz.syncrule import function_syncs
 from fuzz.syncs import consumer_reads, counting_syncs
 from fuzz.targets import FORM_ATTRIBUTE, Target
+from fuzz.verdicts import ExampleDecision, Mismatch, Verdict, decide_example
 
 DEFAULT_CONFIG = RunConfig()
 
@@ -154,86 +156,46 @@ def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) 
     match our optimized copy."""
     legacy = run_side(target, "legacy", spec)
     optimized = run_side(target, "optimized", spec, stress=config.stress)
+
+    def real_vllm() -> list[Mismatch]:
+        """The real vllm function against our optimized copy (asked only when nothing else failed)."""
+        real = run_side(target, "upstream", spec)
+        third, differences = differential(optimized, real, target.comparison, labels=("copy", "vllm"))
+        return [Mismatch(m.path, m.what, "optimized copy vs real vllm: " + m.detail, m.parts)
+                for m in differences] if third.failed else []
+
+    decision = judge_example(target, spec, legacy, optimized, config,
+                             real_vllm if config.upstream and target.upstream_impl else None)
+    return ExampleResult(spec, decision.verdict, decision.mismatches, legacy, optimized, decision.oracles)
+
+
+def judge_example(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
+                  config: RunConfig = DEFAULT_CONFIG,
+                  upstream: Callable[[], list[Mismatch]] | None = None) -> ExampleDecision:
+    """The example's verdict from its two sides' results: each oracle asked as fuzz.verdicts.decide_example
+    says (the one place the precedence is written), with the target's comparison, its sync rule under
+    ``config`` (fuzz/syncrule.py), and its invariants, reference and consumer (fuzz/oracles/)."""
     # Outputs equal under the strictest comparison pass the target's own and give every
     # oracle the same answer, so the oracles are asked once. Most examples' outputs are:
     # one exact pass then costs less than assert_close, and less than the oracles twice.
     with stage("compare"):
         identical = legacy.ok and optimized.ok and same_exactly(legacy.value, optimized.value)
-        verdict, mismatches = judge_under_rule(target, spec, legacy, optimized, config, known_equal=identical)
-    with stage("oracles"):
-        verdict, mismatches, oracles = _beyond_agreement(target, spec, legacy, optimized, verdict, mismatches,
-                                                         identical)
-    if config.upstream and target.upstream_impl and not verdict.failed:
-        real = run_side(target, "upstream", spec)
-        third, differences = judge(optimized, real, target.comparison, None, config.contract,
-                                   labels=("copy", "vllm"))
-        if third.failed:
-            verdict = Verdict.UPSTREAM_DIVERGENCE
-            mismatches = [Mismatch(m.path, m.what, "optimized copy vs real vllm: " + m.detail, m.parts)
-                          for m in differences]
-            oracles = ("upstream", *oracles)
-    return ExampleResult(spec, verdict, mismatches, legacy, optimized, oracles)
+        compared = differential(legacy, optimized, target.comparison, known_equal=identical)
+    return decide_example(
+        compared, legacy.ok and optimized.ok,
+        sync=_staged("compare", lambda: function_syncs(target, spec, legacy, optimized, config)),
+        invariants=_staged("oracles", lambda: check_invariants(target, spec, legacy, optimized, identical)),
+        reference=_staged("oracles", lambda: check_reference(target, spec, legacy, optimized, identical)),
+        consumer=_staged("oracles", lambda: _consumer_regression(legacy, optimized)),
+        upstream=upstream)
 
 
-def judge_under_rule(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
-                     config: RunConfig = DEFAULT_CONFIG, known_equal: bool = False) -> tuple[Verdict, list[Mismatch]]:
-    """``judge`` with the syncs judged by the target's sync rule under ``config``'s sides
-    (fuzz/syncrule.py, docs/verdicts.md#which-sync-rule).
-
-    The declared budget is passed to ``judge`` only where the rule includes it ("budget",
-    "relative+budget"); its message then names the rule. Where the rule is relative, an example
-    whose values agree and where both sides returned on CUDA with more optimized syncs than legacy
-    ones is a sync regression. Fewer syncs than legacy is never one of the relative rule."""
-    rule = sync_rule(target, config)
-    on_cuda = spec["device"].startswith("cuda")
-    budget = target.syncs_allowed(spec) if on_cuda else None
-    verdict, mismatches = judge(legacy, optimized, target.comparison, budget if judges_budget(rule) else None,
-                                config.contract, known_equal=known_equal, rule=budget_note(rule, target))
-    over_budget = verdict is Verdict.SYNC_REGRESSION
-    relative = (judges_relative(rule) and on_cuda and verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION)
-                and legacy.ok and optimized.ok and legacy.syncs is not None and optimized.syncs is not None)
-    if relative and optimized.syncs > legacy.syncs:
-        verdict = Verdict.SYNC_REGRESSION
-        mismatches = [Mismatch("", "syncs", relative_detail(rule, target, legacy.syncs, optimized.syncs, budget,
-                                                            config.sync_budget, over_budget))]
-    return verdict, mismatches
-
-
-_ORACLE_OF = {Verdict.DIVERGENCE: "differential", Verdict.ERROR_MISMATCH: "differential",
-              Verdict.SYNC_REGRESSION: "sync"}
-
-
-def _beyond_agreement(target: Target, spec: dict, legacy: SideResult, optimized: SideResult, verdict: Verdict,
-                      mismatches: list[Mismatch], identical: bool = False
-                      ) -> tuple[Verdict, list[Mismatch], tuple[str, ...]]:
-    """The target's own oracles (fuzz/oracles/): invariants on every side that
-    returned, then the reference and the consumer's syncs when the sides agree.
-
-    The verdict is the first that applies: a divergence (the sides differ, so
-    what they share is moot), an invariant violation, a reference divergence,
-    a sync regression (the function's, then the consumer's). Every oracle that
-    flagged the example is named in ``oracles``, the verdict's first: a
-    mutant both the differential and an invariant catch shows both."""
-    flagged = [_ORACLE_OF[verdict]] if verdict.failed else []
-    # ``identical``: the outputs are equal under fuzz.compare.EXACTLY (values, dtype, device,
-    # shape, strides), so every oracle gives both the same answer: it is asked once.
-    violated = check_invariants(target, spec, legacy, optimized, identical)
-    flagged += [m.path for m in violated]
-    agreeing = verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION)
-    if agreeing and violated:
-        verdict, mismatches = Verdict.INVARIANT_VIOLATION, violated
-    if agreeing and legacy.ok and optimized.ok:
-        differs = check_reference(target, spec, legacy, optimized, identical)
-        if differs:
-            flagged.append("reference")
-            if verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION):
-                verdict, mismatches = Verdict.REFERENCE_DIVERGENCE, differs
-        consumer = _consumer_regression(legacy, optimized)
-        if consumer:
-            flagged.append("consumer-sync")
-            if verdict is Verdict.AGREE:
-                verdict, mismatches = Verdict.SYNC_REGRESSION, consumer
-    return verdict, mismatches, tuple(dict.fromkeys(flagged))
+def _staged(name: str, finding: Callable[[], list[Mismatch]]) -> Callable[[], list[Mismatch]]:
+    """``finding``, timed as stage ``name`` when bench part s records (fuzz/stagetimes.py)."""
+    def timed() -> list[Mismatch]:
+        with stage(name):
+            return finding()
+    return timed
 
 
 def _consumer_regression(legacy: SideResult, optimized: SideResult) -> list[Mismatch]:

@@ -28,17 +28,18 @@ from fuzz.errors import UsageError
 from fuzz.reachdata import add_reach, read_reach, unreached_side
 from fuzz.reachdata import same_code as reach_same_code
 from fuzz.verdicts import (
-    CANNOT_BUILD,
     CRASH_VERDICTS,
     EXAMPLE_VERDICTS,
-    FUZZER_ERROR,
     SAME_CODE,
-    SKIPPED,
     UNREACHED,
     UNTESTED,
     UPSTREAM_COMPARED,
+    TargetVerdict,
     Verdict,
     blank_indices,
+    device_verdict,
+    overall_verdict,
+    target_state,
     worst,
 )
 
@@ -290,28 +291,16 @@ class TargetEntry:
     def examples(self) -> int:
         return sum(t.examples for t in self.by_device.values())
 
-    def _state(self) -> str | None:
-        """The verdict that overrides every device's: skipped or a fuzzer bug."""
-        if self.skipped and not self.by_device:
-            return SKIPPED
-        if self.fuzzer_error:
-            return FUZZER_ERROR
-        if self.cannot_build:
-            return CANNOT_BUILD
-        return None
+    def _state(self) -> TargetVerdict | None:
+        """The verdict that overrides every device's: skipped, a fuzzer bug, or a side that cannot be built."""
+        return target_state(bool(self.skipped and not self.by_device), bool(self.fuzzer_error),
+                            bool(self.cannot_build))
 
-    def verdict_on(self, device: str) -> str:
-        """agree, an example verdict, or skipped / fuzzer-error / untested."""
-        state = self._state()
-        if state:
-            return state
-        found = [f.verdict for f in self.failures if f.device == device]
-        if found:
-            return worst(found)
+    def verdict_on(self, device: str) -> TargetVerdict:
+        """agree, an example verdict, or a target-only one (fuzz.verdicts.device_verdict)."""
         tally = self.by_device.get(device)
-        if tally is None or tally.examples == 0:
-            return UNTESTED
-        return self.no_evidence_on(device) or Verdict.AGREE.value
+        return device_verdict(self._state(), (f.verdict for f in self.failures if f.device == device),
+                              tally.examples if tally is not None else 0, self.no_evidence_on(device))
 
     def no_evidence_on(self, device: str) -> str | None:
         """``unreached`` when a side never entered what the target claims, ``same-code`` when both sides ran
@@ -327,20 +316,11 @@ class TargetEntry:
         return [d for d in self.devices if self.verdict_on(d) == UNREACHED]
 
     @property
-    def verdict(self) -> str:
-        """The target's verdict over all its devices (the worst of them)."""
+    def verdict(self) -> TargetVerdict:
+        """The target's verdict over all its devices (fuzz.verdicts.overall_verdict)."""
         state = self._state()
-        if state:
-            return state
-        if self.failures:
-            return worst(f.verdict for f in self.failures)
-        if not self.devices or self.untested_devices():
-            return UNTESTED
-        states = {self.verdict_on(d) for d in self.devices}
-        for state in (UNREACHED, SAME_CODE):
-            if state in states:
-                return state
-        return Verdict.AGREE.value
+        return overall_verdict(state, (f.verdict for f in self.failures),
+                               (self.verdict_on(d) for d in self.devices) if state is None else ())
 
     def untested_devices(self) -> list[str]:
         if self._state():

@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 
-from fuzz.compare import Mismatch
 from fuzz.config import NO_HOOKS, Hooks, RunConfig
 from fuzz.devices import devices_for
 from fuzz.errors import HarnessError
@@ -41,7 +40,7 @@ from fuzz.repro import repro_payload, save_repro
 from fuzz.syncrule import sync_rule
 from fuzz.targets import Target
 from fuzz.upstream import with_upstream
-from fuzz.verdicts import Verdict, worst
+from fuzz.verdicts import Mismatch, Verdict, worst
 
 BUDGET_CHUNK = 100  # examples per Hypothesis call under --budget
 SPECS_PER_CASE = 8

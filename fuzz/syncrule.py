@@ -26,8 +26,10 @@ from __future__ import annotations
 from typing import Any
 
 from fuzz.config import SYNC_BUDGET_MODES
+from fuzz.outcome import SideResult
 from fuzz.releases import COPY, PACKAGE, entry_digests
 from fuzz.targets import FORM_ATTRIBUTE, Target, resolve_impl
+from fuzz.verdicts import Mismatch
 
 BUDGET, RELATIVE, RELATIVE_BUDGET = "budget", "relative", "relative+budget"
 RULES = (BUDGET, RELATIVE, RELATIVE_BUDGET)
@@ -114,3 +116,32 @@ def relative_detail(rule: str, target: Target, legacy_syncs: int, optimized_sync
     why = ("is ignored (--sync-budget ignore)" if mode == "ignore"
            else "does not apply: the optimized side's code is not that release's")
     return f"{head} (rule: relative to legacy; {declared} {why})"
+
+
+def function_syncs(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
+                   config: Any) -> list[Mismatch]:
+    """The sync oracle on one example whose sides agree and both returned: what, if anything, the
+    optimized side's syncs break under the target's rule (``sync_rule``) with ``config``'s sides and
+    contract; [] when nothing. fuzz.verdicts.decide_example weighs it with the other oracles.
+
+    Where the rule includes the budget (``budget``, ``relative+budget``), on CUDA the optimized side may
+    make at most the target's declared number per call; under the wide contract inputs arrive in forms the
+    optimized code was never meant to take sync-free (device metadata, CPU coordinates), so there it may
+    make as many as legacy. Where the rule is relative, more optimized syncs than legacy ones on the same
+    CUDA input is a regression (and its message says whether the budget was exceeded too). Fewer syncs
+    than legacy is never one of the relative rule."""
+    rule = sync_rule(target, config)
+    on_cuda = spec["device"].startswith("cuda")
+    budget = target.syncs_allowed(spec) if on_cuda else None
+    found: list[Mismatch] = []
+    allowed = budget if judges_budget(rule) else None
+    if config.contract == "wide" and allowed is not None and legacy.syncs is not None:
+        allowed = max(allowed, legacy.syncs)
+    if allowed is not None and optimized.syncs is not None and optimized.syncs > allowed:
+        found = [Mismatch("", "syncs", f"optimized made {optimized.syncs} GPU<->CPU syncs per call, target allows "
+                                       f"{allowed} (legacy made {legacy.syncs}; {budget_note(rule, target)})")]
+    if (judges_relative(rule) and on_cuda and legacy.syncs is not None and optimized.syncs is not None
+            and optimized.syncs > legacy.syncs):
+        found = [Mismatch("", "syncs", relative_detail(rule, target, legacy.syncs, optimized.syncs, budget,
+                                                       config.sync_budget, over_budget=bool(found)))]
+    return found

@@ -1,17 +1,21 @@
-"""The verdicts, as plain data (no torch): an example's and a target's, and
-the path of the leaf a failure names.
+"""The verdicts, and where they are decided (no torch): an example's and a target's, the
+mismatches behind them, and the path of the leaf a failure names.
 
-An *example* verdict is what ``fuzz.compare.judge`` (or the isolation layer,
-for a dead worker) says of one input. A *target* verdict, per device, adds the
-states in which no example verdict exists: the target was skipped (it does
-not run on the run's devices), the fuzzer broke, or no example ran at all.
-docs/verdicts.md defines each one.
+An *example* verdict is ``decide_example``'s, from what each oracle found (fuzz.compare's
+differential, fuzz/syncrule.py's sync rule, fuzz/oracles/' invariants, reference and consumer), or
+the isolation layer's for a dead worker (``crash``, ``hang``). A *target* verdict, per device
+(``device_verdict``) and over its devices (``overall_verdict``), adds the states in which no example
+verdict exists: the target was skipped (it does not run on the run's devices), the fuzzer broke, no
+example ran at all, or the examples showed nothing. docs/verdicts.md defines each one; the severity
+order (``SEVERITY``) and the precedence of one example's findings (``decide_example``) are written
+here once.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -127,3 +131,132 @@ def blank_indices(path: str) -> str:
     """``path`` with every sequence index left out (``[2]['cu_seqlens']`` -> ``[]['cu_seqlens']``): the failure
     signature's reading of a path (fuzz.model.failure_signature)."""
     return _INDEX.sub("[]", path)
+
+
+# --------------------------------------------------------------------------- what a failure names
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One thing an oracle found: where (a leaf of the outputs, or a name), what differs, in words."""
+
+    path: str  # rendered: render_path(parts) for a leaf of the outputs, else a name ("invariant NAME", "consumer")
+    what: str  # "type", "shape", "dtype", "device", "values", "layout", "length", "keys", "exception", "syncs"
+    detail: str
+    parts: tuple[PathPart, ...] = ()  # the leaf's path as compare_values walked it; () when not a leaf
+
+    @classmethod
+    def at(cls, parts: tuple[PathPart, ...], what: str, detail: str) -> Mismatch:
+        """A mismatch at a leaf of the outputs, its path rendered once (``render_path``)."""
+        return cls(render_path(parts), what, detail, parts)
+
+    def as_json(self) -> dict[str, str]:
+        return {"path": self.path or "<output>", "what": self.what, "detail": self.detail}
+
+
+# --------------------------------------------------------------------------- deciding an example
+
+Finding = Callable[[], list[Mismatch]]  # an oracle, asked only when its answer can matter; [] = nothing found
+
+
+@dataclass(frozen=True)
+class ExampleDecision:
+    verdict: Verdict
+    mismatches: list[Mismatch]
+    oracles: tuple[str, ...]  # every oracle that flagged the example (docs/verdicts.md#oracles)
+
+
+def decide_example(differential: tuple[Verdict, list[Mismatch]], both_returned: bool, *, sync: Finding,
+                   invariants: Finding, reference: Finding, consumer: Finding,
+                   upstream: Finding | None = None) -> ExampleDecision:
+    """One example's verdict from what each oracle found: the one place the precedence is written.
+
+    ``differential`` is the two sides compared (fuzz.compare.differential: agree, divergence or
+    error-mismatch); ``both_returned``: neither side raised. The verdict is the first that applies:
+
+    1. divergence / error-mismatch -- the sides differ, so what they share is moot;
+    2. invariant-violation -- an invariant (fuzz/oracles/) fails on a side's output;
+    3. reference-divergence -- the sides agree with each other, not with the reference;
+    4. sync-regression -- the function's syncs, by the target's sync rule (fuzz/syncrule.py);
+    5. sync-regression -- the consumer's reads of the optimized output sync more than of legacy's;
+    6. upstream-divergence -- under ``--upstream``, the optimized copy and the real vllm function differ;
+    7. agree.
+
+    Invariants are asked of every example (their names are listed even under a divergence); the sync
+    rule, the reference and the consumer only where the sides agree and both returned; ``upstream`` only
+    where nothing else failed. ``oracles`` names each that flagged the example, in that order of asking
+    ("differential", "sync", "invariant NAME", "reference", "consumer-sync"; "upstream" alone).
+    """
+    verdict, mismatches = differential
+    agreeing = not verdict.failed
+    flagged: list[str] = ["differential"] if verdict.failed else []
+    if agreeing and both_returned:
+        syncs = sync()
+        if syncs:
+            verdict, mismatches = Verdict.SYNC_REGRESSION, syncs
+            flagged.append("sync")
+    violated = invariants()
+    flagged += [m.path for m in violated]
+    if agreeing and violated:
+        verdict, mismatches = Verdict.INVARIANT_VIOLATION, violated
+    if agreeing and both_returned:
+        differs = reference()
+        if differs:
+            flagged.append("reference")
+            if verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION):
+                verdict, mismatches = Verdict.REFERENCE_DIVERGENCE, differs
+        reads = consumer()
+        if reads:
+            flagged.append("consumer-sync")
+            if verdict is Verdict.AGREE:
+                verdict, mismatches = Verdict.SYNC_REGRESSION, reads
+    if upstream is not None and not verdict.failed:
+        differences = upstream()
+        if differences:
+            return ExampleDecision(Verdict.UPSTREAM_DIVERGENCE, differences, ("upstream",))
+    return ExampleDecision(verdict, mismatches, tuple(dict.fromkeys(flagged)))
+
+
+# --------------------------------------------------------------------------- deciding a target
+
+def target_state(skipped: bool, fuzzer_error: bool, cannot_build: bool) -> TargetVerdict | None:
+    """The verdict that overrides every device's, or None: skipped (no device of the run), a fuzzer bug,
+    or a side that cannot be built."""
+    if skipped:
+        return TargetVerdict.SKIPPED
+    if fuzzer_error:
+        return TargetVerdict.FUZZER_ERROR
+    if cannot_build:
+        return TargetVerdict.CANNOT_BUILD
+    return None
+
+
+def device_verdict(state: TargetVerdict | None, failures: Iterable[str], examples: int,
+                   no_evidence: TargetVerdict | None) -> TargetVerdict:
+    """A target's verdict on one device: the overriding state; else the worst failure's; else untested
+    (no example ran); else unreached / same-code (``no_evidence``: the examples showed nothing); else agree."""
+    if state is not None:
+        return state
+    found = list(failures)
+    if found:
+        return TargetVerdict(worst(found))
+    if examples == 0:
+        return TargetVerdict.UNTESTED
+    return no_evidence or TargetVerdict.AGREE
+
+
+def overall_verdict(state: TargetVerdict | None, failures: Iterable[str],
+                    on_devices: Iterable[TargetVerdict]) -> TargetVerdict:
+    """A target's verdict over its devices: the overriding state; else the worst failure's; else untested
+    if a device (or every device: none ran) is; else unreached, then same-code, if a device is; else agree."""
+    if state is not None:
+        return state
+    found = list(failures)
+    if found:
+        return TargetVerdict(worst(found))
+    seen = set(on_devices)
+    if not seen or TargetVerdict.UNTESTED in seen:
+        return TargetVerdict.UNTESTED
+    for no_evidence in (TargetVerdict.UNREACHED, TargetVerdict.SAME_CODE):
+        if no_evidence in seen:
+            return no_evidence
+    return TargetVerdict.AGREE

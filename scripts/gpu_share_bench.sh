@@ -7,6 +7,8 @@ set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 W=${W:-16}; NIGHTLY=${NIGHTLY:-150}; SCALE=${SCALE:-40}; PARTS=${PARTS:-smoke nightly scale threads}
+# NIGHTLY_ARGS: more `fuzz run` flags for both nightly runs (e.g. --no-coverage: what tracing reach costs)
+NIGHTLY_ARGS=${NIGHTLY_ARGS:-}
 want() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 two="--target glm4v-embeddings --target fla-chunk-offsets"
 left() { ps -eo stat,comm | awk '$1 !~ /^Z/ && $2 ~ /^nvidia-cuda-mps/' | wc -l; }
@@ -29,7 +31,7 @@ PY
   }
   want nightly && for mode in off mps; do
     run "nightly-$mode" --profile nightly --budget "$NIGHTLY" --workers "$W" --pieces 2 --seed 20261201 \
-      --known-issues known-issues.json --gpu-share "$mode"
+      --known-issues known-issues.json --gpu-share "$mode" $NIGHTLY_ARGS
   done
   want nightly && python3 scripts/mps_check.py nightly "$OUT/nightly-off.json" "$OUT/nightly-mps.json"
   want scale && run scale-1 --device cuda $two --workers 1 --pieces 1 --budget "$SCALE" --confirm 0

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fuzz.errors import HarnessError
+from fuzz.verdicts import Mismatch
 
 if TYPE_CHECKING:
-    from fuzz.compare import Mismatch
     from fuzz.outcome import SideResult
     from fuzz.targets import Target
 
@@ -105,14 +105,13 @@ def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: 
                      identical: bool = False) -> list[Mismatch]:
     """One mismatch per violated invariant, naming the sides that violate it.
 
-    ``identical``: the two outputs were compared bitwise equal (``judge`` said
-    agree under an exact comparison), so an invariant -- a function of the spec
+    ``identical``: the two outputs were found bitwise equal (fuzz.compare.same_exactly:
+    equal under an exact comparison), so an invariant -- a function of the spec
     and the output -- is evaluated once, on the optimized output, for both.
 
     An invariant that raises on an output is reported as violated by it: a
     mutant's garbage output must not end the run, and the real copies' outputs
     are tested never to make one raise (tests/unit/test_oracles_*.py)."""
-    from fuzz.compare import Mismatch
 
     found = []
     for path in target.invariants:
@@ -143,7 +142,7 @@ def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: S
     """Where each side that returned differs from the reference (called when
     the sides agree, so in practice both differ, or neither; ``identical``:
     bitwise equal outputs, compared once for both)."""
-    from fuzz.compare import Mismatch, compare_values
+    from fuzz.compare import compare_values
     from fuzz.targets import Comparison
 
     if target.reference is None:

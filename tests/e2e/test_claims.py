@@ -1,4 +1,5 @@
-"""Each target's one fuzz in the default suite: it agrees, and every upstream definition it lists is entered.
+"""Each target's one fuzz per contract in the default suite: it agrees, and every upstream definition it
+lists is entered.
 
 A target's ``upstream`` list is what ``fuzz list --json`` tells users a run checks; an upstream change to a
 listed function that no run executes would always "agree". Each target is fuzzed briefly here with reach
@@ -26,6 +27,12 @@ DEVICES = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
 EXAMPLES = 60
 
 
+def _new_failures(entry, contract: str) -> list:  # noqa: ANN001
+    """The entry's failures that known-issues.json does not accept under ``contract``."""
+    (entry,) = mark_known([entry], load_known_issues(ROOT / "known-issues.json"), contract)
+    return [(f.device, f.verdict, f.input) for f in entry.failures if not f.known]
+
+
 def _fuzzed(target, contract: str, coverage: bool = True):  # noqa: ANN001, ANN202
     """The target's entry after a short fuzz, and the claimed definitions each side entered."""
     config = RunConfig(devices=DEVICES, contract=contract, seed=7, max_examples=EXAMPLES, coverage=coverage,
@@ -48,8 +55,7 @@ def test_every_target_agrees_and_enters_every_listed_definition(target) -> None:
 
     measured = coverage.Coverage.current() is None  # under pytest-cov reach refuses a second tracer
     entry, found = _fuzzed(target, "caller", coverage=measured)
-    (entry,) = mark_known([entry], load_known_issues(ROOT / "known-issues.json"), "caller")
-    new = [(f.device, f.verdict, f.input) for f in entry.failures if not f.known]
+    new = _new_failures(entry, "caller")
     assert entry.examples >= EXAMPLES and not new, new
     if not measured:
         pytest.skip("this process is measured already (pytest-cov): agreement checked, reach not")
@@ -64,3 +70,23 @@ def test_every_target_agrees_and_enters_every_listed_definition(target) -> None:
         missed = {side: names - wide[side] for side, names in missed.items()}
     assert not any(missed.values()), (f"{target.name}: listed definitions no example entered, per side: "
                                       f"{ {s: sorted(n) for s, n in missed.items() if n} }")
+
+
+# Targets with a known wide-contract finding are left out below: Hypothesis shrinks each finding again
+# (13 s for keye-vision-split alone on the 2-core host), and each finding is replayed from its saved
+# repro (test_findings.py) or checked to be the known one (test_paddleocr_vl.py) already.
+WIDE_KNOWN = {issue["target"] for issue in load_known_issues(ROOT / "known-issues.json")
+              if issue.get("contract") == "wide"}
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=[t.name for t in TARGETS])
+def test_every_target_agrees_under_the_wide_contract(target) -> None:  # noqa: ANN001
+    """The default suite's one fuzz of each target under the wide contract (every form the legacy function
+    accepted): the copies agree outright."""
+    if not set(target.devices) & set(DEVICES):
+        pytest.skip(f"{target.name} runs on {target.devices}")
+    if target.name in WIDE_KNOWN:
+        pytest.skip(f"{target.name} has known wide-contract findings (known-issues.json, docs/findings/)")
+    entry, _ = _fuzzed(target, "wide", coverage=False)
+    assert entry.examples >= EXAMPLES and not entry.failures, [(f.device, f.verdict, f.input)
+                                                               for f in entry.failures]

@@ -17,8 +17,7 @@ import warnings
 import pytest
 
 from fuzz.catalog import TARGETS
-from fuzz.compare import Mismatch
-from fuzz.execute import _beyond_agreement, run_example
+from fuzz.execute import judge_example, run_example
 from fuzz.model import DeviceTally, Failure, TargetEntry
 from fuzz.oracles import Reference, check_invariants, check_reference
 from fuzz.outcome import SideResult
@@ -117,11 +116,9 @@ def test_a_divergence_stays_a_divergence_and_names_every_oracle_that_saw_it():
     target = dataclasses.replace(BY_NAME["demo-invariant"])
     legacy = SideResult(value=_tensor([0, 1, 5]))
     optimized = SideResult(value=_tensor([0, 1, 6]))
-    verdict, mismatches, oracles = _beyond_agreement(
-        target, {"cu_seqlens": [0, 3, 9], "chunk_size": 1}, legacy, optimized, Verdict.DIVERGENCE,
-        [Mismatch("", "values", "x")])
-    assert verdict is Verdict.DIVERGENCE and mismatches[0].what == "values"
-    assert oracles == ("differential", "invariant offsets_stay_below_four")
+    decision = judge_example(target, {"device": "cpu", "cu_seqlens": [0, 3, 9], "chunk_size": 1}, legacy, optimized)
+    assert decision.verdict is Verdict.DIVERGENCE and decision.mismatches[0].what == "values"
+    assert decision.oracles == ("differential", "invariant offsets_stay_below_four")
 
 
 def test_a_side_that_raised_is_not_checked():
@@ -174,12 +171,12 @@ def test_more_consumer_syncs_on_the_optimized_output_is_a_sync_regression():
     target = dataclasses.replace(target, invariants=(), no_invariants="test", reference=None)
     legacy = SideResult(value=1, syncs=0, consumer_syncs=0)
     optimized = SideResult(value=1, syncs=0, consumer_syncs=3)
-    verdict, mismatches, oracles = _beyond_agreement(target, {}, legacy, optimized, Verdict.AGREE, [])
-    assert verdict is Verdict.SYNC_REGRESSION and mismatches[0].path == "consumer"
-    assert "made 3 GPU<->CPU syncs, of the legacy output 0" in mismatches[0].detail
-    assert oracles == ("consumer-sync",)
-    same = _beyond_agreement(target, {}, legacy, SideResult(value=1, consumer_syncs=0), Verdict.AGREE, [])
-    assert same[0] is Verdict.AGREE
+    decision = judge_example(target, {"device": "cpu"}, legacy, optimized)
+    assert decision.verdict is Verdict.SYNC_REGRESSION and decision.mismatches[0].path == "consumer"
+    assert "made 3 GPU<->CPU syncs, of the legacy output 0" in decision.mismatches[0].detail
+    assert decision.oracles == ("consumer-sync",)
+    same = judge_example(target, {"device": "cpu"}, legacy, SideResult(value=1, consumer_syncs=0))
+    assert same.verdict is Verdict.AGREE
 
 
 def test_consumer_syncs_column_and_json_round_trip():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import tests.planted as planted
-from fuzz.compare import Verdict
+from fuzz.verdicts import Verdict
 from tests.support import fuzz
 
 # Every planted bug must be caught within this many examples (seed 0, CPU).

@@ -12,15 +12,16 @@ import json
 import pytest
 import torch
 
-from fuzz.compare import Verdict
+from fuzz.compare import differential
 from fuzz.config import RunConfig
-from fuzz.execute import ExampleResult, judge_under_rule
+from fuzz.execute import ExampleResult
 from fuzz.model import DeviceTally, ReportError
 from fuzz.outcome import Raised, SideResult
 from fuzz.releases import bind_sides
 from fuzz.runner import TallyCounter, fuzz_target
-from fuzz.syncrule import optimized_descends, sync_rule
+from fuzz.syncrule import function_syncs, optimized_descends, sync_rule
 from fuzz.targets import lookup
+from fuzz.verdicts import Verdict, decide_example
 from tests.e2e.test_sides import FLA, tree
 
 OFFSETS = "fla-chunk-offsets"
@@ -108,13 +109,31 @@ def side(syncs: int | None, value=None, raised: Raised | None = None) -> SideRes
 
 def verdict_of(legacy: SideResult, optimized: SideResult, rule: str, budget: int = 0, spec: dict = CUDA_SPEC,
                contract: str = "caller"):
-    """The verdict under ``rule`` with the target's budget set to ``budget``."""
+    """The verdict under ``rule`` with the target's budget set to ``budget``: the differential and the sync
+    rule only (the target's other oracles find nothing here)."""
     sides = {"budget": ("copy", "copy", "auto"), "relative": ("vllm==0.28.0", "vllm==0.27.1", "auto"),
              "relative+budget": ("vllm==0.27.1", "vllm==0.28.0", "auto"),
              "ignored": ("vllm==0.27.1", "vllm==0.28.0", "ignore")}[rule]
     config = RunConfig(legacy=sides[0], optimized=sides[1], sync_budget=sides[2], contract=contract)
     bound = dataclasses.replace(bind_sides(target(), config), expected_optimized_syncs=budget)
-    return judge_under_rule(bound, spec, legacy, optimized, config)
+    decision = decide_example(differential(legacy, optimized, bound.comparison), legacy.ok and optimized.ok,
+                              sync=lambda: function_syncs(bound, spec, legacy, optimized, config),
+                              invariants=list, reference=list, consumer=list)  # list(): nothing found
+    return decision.verdict, decision.mismatches
+
+
+def test_the_wide_contract_allows_the_optimized_side_as_many_syncs_as_legacy():
+    """Under the wide contract inputs arrive in forms the optimized code was never meant to take sync-free,
+    so the budget is raised to legacy's count on the same input (never lowered below the declared one)."""
+    assert verdict_of(side(4), side(2), "budget", contract="caller")[0] is Verdict.SYNC_REGRESSION
+    assert verdict_of(side(4), side(2), "budget", contract="wide")[0] is Verdict.AGREE
+    assert verdict_of(side(4), side(5), "budget", contract="wide")[0] is Verdict.SYNC_REGRESSION
+    assert verdict_of(side(0), side(1), "budget", budget=1, contract="wide")[0] is Verdict.AGREE
+
+
+def test_a_divergence_is_judged_before_the_syncs():
+    verdict, mismatches = verdict_of(side(0), side(5, value=torch.tensor([0, 3])), "budget")
+    assert verdict is Verdict.DIVERGENCE and mismatches[0].what == "values"
 
 
 def test_as_many_syncs_as_legacy_agrees_under_the_relative_rule_whatever_the_budget():

@@ -6,8 +6,8 @@ import pytest
 
 import tests.planted as planted
 from fuzz.catalog import TARGETS
-from fuzz.compare import Verdict
 from fuzz.triage import load_known_issues, mark_known
+from fuzz.verdicts import Verdict
 from tests.conftest import requires_cuda
 from tests.support import ROOT, fuzz
 

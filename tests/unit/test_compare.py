@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from fuzz.compare import Verdict, compare_values, judge
+from fuzz.compare import compare_values, differential
 from fuzz.outcome import Raised, SideResult
 from fuzz.targets import Comparison
+from fuzz.verdicts import Verdict
 
 CLOSE, EXACT = Comparison("close"), Comparison("exact")
 T = torch.tensor
@@ -70,29 +71,19 @@ def _raised(kind, message="boom"):
 
 
 VERDICTS = {
-    "equal": (_ok(T([1])), _ok(T([1])), None, Verdict.AGREE),
-    "values-differ": (_ok(T([1])), _ok(T([2])), None, Verdict.DIVERGENCE),
-    "same-exception-type": (_raised("ValueError", "a"), _raised("ValueError", "b"), None, Verdict.AGREE),
-    "different-exception-types": (_raised("ZeroDivisionError"), _raised("IndexError"), None, Verdict.ERROR_MISMATCH),
-    "only-optimized-raises": (_ok(T([1])), _raised("TypeError"), None, Verdict.DIVERGENCE),
-    "only-legacy-raises": (_raised("TypeError"), _ok(T([1])), None, Verdict.DIVERGENCE),
-    "more-syncs-than-declared": (_ok(T([1]), 0), _ok(T([1]), 2), 1, Verdict.SYNC_REGRESSION),
-    "syncs-within-declared": (_ok(T([1]), 3), _ok(T([1]), 1), 1, Verdict.AGREE),
-    "divergence-beats-syncs": (_ok(T([1]), 0), _ok(T([2]), 5), 0, Verdict.DIVERGENCE),
+    "equal": (_ok(T([1])), _ok(T([1])), Verdict.AGREE),
+    "values-differ": (_ok(T([1])), _ok(T([2])), Verdict.DIVERGENCE),
+    "same-exception-type": (_raised("ValueError", "a"), _raised("ValueError", "b"), Verdict.AGREE),
+    "different-exception-types": (_raised("ZeroDivisionError"), _raised("IndexError"), Verdict.ERROR_MISMATCH),
+    "only-optimized-raises": (_ok(T([1])), _raised("TypeError"), Verdict.DIVERGENCE),
+    "only-legacy-raises": (_raised("TypeError"), _ok(T([1])), Verdict.DIVERGENCE),
 }
-
-
-def test_wide_contract_judges_syncs_against_legacy():
-    legacy, optimized = _ok(T([1]), 4), _ok(T([1]), 2)
-    assert judge(legacy, optimized, CLOSE, 0, "caller")[0] is Verdict.SYNC_REGRESSION
-    assert judge(legacy, optimized, CLOSE, 0, "wide")[0] is Verdict.AGREE
-    assert judge(legacy, _ok(T([1]), 5), CLOSE, 0, "wide")[0] is Verdict.SYNC_REGRESSION
 
 
 @pytest.mark.parametrize("name", sorted(VERDICTS))
 def test_verdict_rules(name):
-    legacy, optimized, expected_syncs, verdict = VERDICTS[name]
-    assert judge(legacy, optimized, CLOSE, expected_syncs)[0] is verdict
+    legacy, optimized, verdict = VERDICTS[name]
+    assert differential(legacy, optimized, CLOSE)[0] is verdict
 
 
 def test_severity_orders_the_verdicts():
@@ -168,9 +159,9 @@ def test_values_come_before_layout_and_shape_stops_both():
 
 
 def test_a_layout_mismatch_is_a_divergence():
-    verdict, mismatches = judge(_ok(ROW_MAJOR), _ok(COLUMN_MAJOR), LAYOUT, None)
+    verdict, mismatches = differential(_ok(ROW_MAJOR), _ok(COLUMN_MAJOR), LAYOUT)
     assert verdict is Verdict.DIVERGENCE and mismatches[0].what == "layout"
-    assert judge(_ok(ROW_MAJOR), _ok(COLUMN_MAJOR), EXACT, None)[0] is Verdict.AGREE
+    assert differential(_ok(ROW_MAJOR), _ok(COLUMN_MAJOR), EXACT)[0] is Verdict.AGREE
 
 
 def test_layout_must_be_a_bool():
@@ -195,12 +186,11 @@ def test_same_exactly_means_bitwise_values_and_layout(legacy, optimized, same):
     assert same_exactly(legacy, optimized) is same
 
 
-def test_judge_does_not_compare_values_known_equal_but_still_judges_syncs(monkeypatch):
+def test_values_known_equal_are_not_compared_again(monkeypatch):
     import fuzz.compare as compare
 
     monkeypatch.setattr(compare, "compare_values", lambda *args: pytest.fail("compared again"))
-    assert judge(_ok(T([1]), 2), _ok(T([1]), 3), CLOSE, 0, known_equal=True)[0] is Verdict.SYNC_REGRESSION
-    assert judge(_ok(T([1])), _ok(T([1])), CLOSE, None, known_equal=True) == (Verdict.AGREE, [])
+    assert differential(_ok(T([1]), 2), _ok(T([1]), 3), CLOSE, known_equal=True) == (Verdict.AGREE, [])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
@@ -243,7 +233,7 @@ def test_labels_are_written_once_as_the_old_replace_wrote_them(a, b):
 def test_exception_verdicts_name_the_labels():
     raised = SideResult(raised=Raised("ValueError", "bad"))
     other = SideResult(raised=Raised("TypeError", "worse"))
-    assert judge(raised, other, CLOSE, None, labels=("copy", "vllm"))[1][0].detail == \
+    assert differential(raised, other, CLOSE, labels=("copy", "vllm"))[1][0].detail == \
         "copy raised ValueError, vllm raised TypeError"
-    assert judge(_ok(T([1])), raised, CLOSE, None, labels=("copy", "vllm"))[1][0].detail == \
+    assert differential(_ok(T([1])), raised, CLOSE, labels=("copy", "vllm"))[1][0].detail == \
         "only vllm raised ValueError: bad; copy returned a value"

@@ -7,9 +7,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from fuzz.compare import Verdict
 from fuzz.execute import run_example, run_side
 from fuzz.targets import lookup
+from fuzz.verdicts import Verdict
 from strategies.keye import (
     MAX_VIDEO_ROWS,
     _encoder_specs,
@@ -46,12 +46,6 @@ def vision_spec(grids: list, cu_seqlens: list, **extra) -> dict:
 
 
 # --- the caller contract -----------------------------------------------------
-
-
-@pytest.mark.parametrize("name", KEYE)
-def test_caller_contract_agrees_on_cpu(name):
-    outcome = fuzz(target(name), max_examples=100)
-    assert not outcome.failures, [f.mismatches for f in outcome.failures]
 
 
 @SPEC_SETTINGS

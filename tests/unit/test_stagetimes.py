@@ -10,7 +10,9 @@ from fuzz.execute import run_example
 from fuzz.stagetimes import recording, stage
 from fuzz.targets import lookup
 
-RUN_EXAMPLE_STAGES = {"materialize": 2, "calls": 2, "compare": 1, "oracles": 1}  # one example: two sides
+# One agreeing example: two sides built and called; compared (the differential, then the sync rule) and
+# judged by the target's oracles (invariants, reference, consumer), each block timed as it is asked.
+RUN_EXAMPLE_STAGES = {"materialize": 2, "calls": 2, "compare": 2, "oracles": 3}
 
 
 def _one_spec(name: str) -> tuple:

@@ -1,10 +1,11 @@
-"""fuzz.verdicts: the two verdict enums, the severity order (stated once, shown in docs/verdicts.md) and the
-rendering of a failure's leaf path."""
+"""fuzz.verdicts: the two verdict enums, the severity order (stated once, shown in docs/verdicts.md), how one
+example's findings and a target's devices decide its verdict, and the rendering of a failure's leaf path."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,15 @@ from fuzz.verdicts import (
     SEVERITY,
     SKIPPED,
     TARGET_VERDICTS,
+    Mismatch,
     TargetVerdict,
     Verdict,
     blank_indices,
+    decide_example,
+    device_verdict,
+    overall_verdict,
     render_path,
+    target_state,
     worst,
 )
 
@@ -89,3 +95,105 @@ def test_render_then_blank_indices() -> None:
     assert blank_indices(render_path((2, "cu_seqlens"))) == "[]['cu_seqlens']"
     assert blank_indices(render_path(("x", 10, "y", 3))) == "['x'][]['y'][]"
     assert blank_indices("invariant sorted") == "invariant sorted"
+
+
+# --------------------------------------------------------------------------- deciding an example
+
+def _found(name: str, asked: list[str] | None = None) -> Callable[[], list[Mismatch]]:
+    """An oracle that finds ``name`` (and notes that it was asked)."""
+    def oracle() -> list[Mismatch]:
+        if asked is not None:
+            asked.append(name)
+        return [Mismatch(name, "values", name)]
+    return oracle
+
+
+def _nothing(name: str, asked: list[str]) -> Callable[[], list[Mismatch]]:
+    def oracle() -> list[Mismatch]:
+        asked.append(name)
+        return []
+    return oracle
+
+
+AGREED = (Verdict.AGREE, [])
+DIVERGED = (Verdict.DIVERGENCE, [Mismatch("[0]", "values", "differ")])
+
+# (differential, which oracles find something) -> (verdict, oracles named); docs/verdicts.md's order.
+PRECEDENCE = {
+    "nothing": (AGREED, set(), Verdict.AGREE, ()),
+    "divergence-beats-every-oracle": (DIVERGED, {"sync", "invariant x", "reference", "consumer"},
+                                      Verdict.DIVERGENCE, ("differential", "invariant x")),
+    "invariant-beats-reference-and-syncs": (AGREED, {"sync", "invariant x", "reference", "consumer"},
+                                            Verdict.INVARIANT_VIOLATION,
+                                            ("sync", "invariant x", "reference", "consumer-sync")),
+    "reference-beats-syncs": (AGREED, {"sync", "reference"}, Verdict.REFERENCE_DIVERGENCE, ("sync", "reference")),
+    "the-function-s-syncs-before-the-consumer-s": (AGREED, {"sync", "consumer"}, Verdict.SYNC_REGRESSION,
+                                                   ("sync", "consumer-sync")),
+    "the-consumer-s-syncs": (AGREED, {"consumer"}, Verdict.SYNC_REGRESSION, ("consumer-sync",)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PRECEDENCE))
+def test_the_first_finding_in_the_documented_order_is_the_verdict(case: str) -> None:
+    differential, finds, verdict, oracles = PRECEDENCE[case]
+    asked: list[str] = []
+
+    def oracle(name: str) -> Callable[[], list[Mismatch]]:
+        return _found(name, asked) if name in finds else _nothing(name, asked)
+
+    decision = decide_example(differential, True, sync=oracle("sync"),
+                              invariants=lambda: [Mismatch("invariant x", "invariant", "x")] if "invariant x" in finds
+                              else [], reference=oracle("reference"), consumer=oracle("consumer"))
+    assert (decision.verdict, decision.oracles) == (verdict, oracles)
+    assert decision.mismatches or verdict is Verdict.AGREE
+
+
+def test_the_sync_rule_reference_and_consumer_are_asked_only_where_the_sides_agree_and_returned() -> None:
+    for differential, both_returned in ((DIVERGED, True), (AGREED, False)):
+        asked: list[str] = []
+        decide_example(differential, both_returned, sync=_nothing("sync", asked),
+                       invariants=_nothing("invariants", asked), reference=_nothing("reference", asked),
+                       consumer=_nothing("consumer", asked), upstream=_nothing("upstream", asked))
+        # invariants judge each side that returned, whatever the other did; upstream only an agreeing example
+        assert asked == (["invariants"] if differential is DIVERGED else ["invariants", "upstream"])
+
+
+def test_upstream_is_asked_last_and_only_when_nothing_failed() -> None:
+    asked: list[str] = []
+    decision = decide_example(AGREED, True, sync=_nothing("sync", asked), invariants=_nothing("invariants", asked),
+                              reference=_nothing("reference", asked), consumer=_nothing("consumer", asked),
+                              upstream=_found("vllm", asked))
+    assert asked == ["sync", "invariants", "reference", "consumer", "vllm"]
+    assert (decision.verdict, decision.oracles) == (Verdict.UPSTREAM_DIVERGENCE, ("upstream",))
+    asked.clear()
+    failed = decide_example(AGREED, True, sync=_found("sync"), invariants=list, reference=list, consumer=list,
+                            upstream=_nothing("vllm", asked))
+    assert failed.verdict is Verdict.SYNC_REGRESSION and asked == []
+
+
+# --------------------------------------------------------------------------- deciding a target
+
+def test_a_device_s_verdict_state_first_then_failures_then_examples_then_evidence() -> None:
+    broken = TargetVerdict.FUZZER_ERROR
+    assert device_verdict(broken, ["divergence"], 5, None) is broken
+    assert device_verdict(None, ["sync-regression", "crash", "divergence"], 5, TargetVerdict.SAME_CODE) \
+        is TargetVerdict.CRASH
+    assert device_verdict(None, [], 0, TargetVerdict.UNREACHED) is TargetVerdict.UNTESTED
+    assert device_verdict(None, [], 3, TargetVerdict.UNREACHED) is TargetVerdict.UNREACHED
+    assert device_verdict(None, [], 3, None) is TargetVerdict.AGREE
+
+
+def test_a_target_s_verdict_over_its_devices() -> None:
+    untested, unreached, same = TargetVerdict.UNTESTED, TargetVerdict.UNREACHED, TargetVerdict.SAME_CODE
+    agree = TargetVerdict.AGREE
+    assert overall_verdict(TargetVerdict.SKIPPED, [], []) is TargetVerdict.SKIPPED
+    assert overall_verdict(None, ["error-mismatch"], [untested]) is TargetVerdict.ERROR_MISMATCH
+    assert overall_verdict(None, [], []) is untested  # no device ran: nothing is known
+    assert overall_verdict(None, [], [agree, untested]) is untested
+    assert overall_verdict(None, [], [same, unreached, agree]) is unreached
+    assert overall_verdict(None, [], [same, agree]) is same
+    assert overall_verdict(None, [], [agree, agree]) is agree
+    assert target_state(True, True, True) is TargetVerdict.SKIPPED
+    assert target_state(False, True, True) is TargetVerdict.FUZZER_ERROR
+    assert target_state(False, False, True) is TargetVerdict.CANNOT_BUILD
+    assert target_state(False, False, False) is None
