@@ -300,9 +300,9 @@ class TargetEntry:
         """agree, an example verdict, or a target-only one (fuzz.verdicts.device_verdict)."""
         tally = self.by_device.get(device)
         return device_verdict(self._state(), (f.verdict for f in self.failures if f.device == device),
-                              tally.examples if tally is not None else 0, self.no_evidence_on(device))
+                              tally.examples if tally is not None else 0, lambda: self.no_evidence_on(device))
 
-    def no_evidence_on(self, device: str) -> str | None:
+    def no_evidence_on(self, device: str) -> TargetVerdict | None:
         """``unreached`` when a side never entered what the target claims, ``same-code`` when both sides ran
         the same code (docs/reach.md): examples ran and agreed, and showed nothing. None otherwise."""
         sides = self.reach.get(device) or {}
@@ -318,9 +318,9 @@ class TargetEntry:
     @property
     def verdict(self) -> TargetVerdict:
         """The target's verdict over all its devices (fuzz.verdicts.overall_verdict)."""
-        state = self._state()
-        return overall_verdict(state, (f.verdict for f in self.failures),
-                               (self.verdict_on(d) for d in self.devices) if state is None else ())
+        # Lazy: overall_verdict reads the devices' verdicts only when no state or failure decides it.
+        return overall_verdict(self._state(), (f.verdict for f in self.failures),
+                               (self.verdict_on(d) for d in self.devices))
 
     def untested_devices(self) -> list[str]:
         if self._state():

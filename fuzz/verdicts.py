@@ -231,9 +231,10 @@ def target_state(skipped: bool, fuzzer_error: bool, cannot_build: bool) -> Targe
 
 
 def device_verdict(state: TargetVerdict | None, failures: Iterable[str], examples: int,
-                   no_evidence: TargetVerdict | None) -> TargetVerdict:
+                   no_evidence: Callable[[], TargetVerdict | None]) -> TargetVerdict:
     """A target's verdict on one device: the overriding state; else the worst failure's; else untested
-    (no example ran); else unreached / same-code (``no_evidence``: the examples showed nothing); else agree."""
+    (no example ran); else unreached / same-code (``no_evidence``, asked only here: whether the examples,
+    which ran and agreed, showed nothing -- it reads the device's reach); else agree."""
     if state is not None:
         return state
     found = list(failures)
@@ -241,7 +242,7 @@ def device_verdict(state: TargetVerdict | None, failures: Iterable[str], example
         return TargetVerdict(worst(found))
     if examples == 0:
         return TargetVerdict.UNTESTED
-    return no_evidence or TargetVerdict.AGREE
+    return no_evidence() or TargetVerdict.AGREE
 
 
 def overall_verdict(state: TargetVerdict | None, failures: Iterable[str],

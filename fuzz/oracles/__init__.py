@@ -112,7 +112,6 @@ def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: 
     An invariant that raises on an output is reported as violated by it: a
     mutant's garbage output must not end the run, and the real copies' outputs
     are tested never to make one raise (tests/unit/test_oracles_*.py)."""
-
     found = []
     for path in target.invariants:
         check = _resolve(path)

@@ -346,13 +346,19 @@ def test_merge_reports_of_two_shards_adds_reach_up(tmp_path, capsys):
     assert main(["coverage", str(merged)]) == 0
 
 
-def test_merge_reports_of_two_real_shards_keeps_their_reach(tmp_path, capsys):
+def _two_shards(tmp_path, examples: int) -> list[Path]:
+    """The reports of fla-chunk-offsets' two shards (``--pieces 2``), reach measured."""
     reports = []
     for i in (1, 2):
         code, _, err, report = fuzz_run(tmp_path, "--coverage", "--target", "fla-chunk-offsets", "--pieces", "2",
-                                        "--shard", f"{i}/2", "--max-examples", "10", name=f"s{i}")
+                                        "--shard", f"{i}/2", "--max-examples", str(examples), name=f"s{i}")
         assert code == 0, err
         reports.append(report)
+    return reports
+
+
+def test_merge_reports_of_two_real_shards_keeps_their_reach(tmp_path, capsys):
+    reports = _two_shards(tmp_path, 10)
     merged = tmp_path / "merged.json"
     assert main(["merge-reports", str(merged), *map(str, reports)]) == 0
     shards = [json.loads(r.read_text())["targets"][0]["reach"] for r in reports]
@@ -367,12 +373,7 @@ def test_merge_reports_of_two_real_shards_keeps_their_reach(tmp_path, capsys):
 
 
 def test_merge_reports_refuses_shards_whose_reach_ran_different_code(tmp_path, capsys):
-    reports = []
-    for i in (1, 2):
-        code, _, err, report = fuzz_run(tmp_path, "--coverage", "--target", "fla-chunk-offsets", "--pieces", "2",
-                                        "--shard", f"{i}/2", "--max-examples", "6", name=f"s{i}")
-        assert code == 0, err
-        reports.append(report)
+    reports = _two_shards(tmp_path, 6)
     edited = json.loads(reports[1].read_text())
     for unit in edited["targets"][0]["reach"]["cpu"]["legacy"]["definitions"].values():
         unit["digest"] = "0" * 16

@@ -175,19 +175,27 @@ def test_upstream_is_asked_last_and_only_when_nothing_failed() -> None:
 
 def test_a_device_s_verdict_state_first_then_failures_then_examples_then_evidence() -> None:
     broken = TargetVerdict.FUZZER_ERROR
-    assert device_verdict(broken, ["divergence"], 5, None) is broken
-    assert device_verdict(None, ["sync-regression", "crash", "divergence"], 5, TargetVerdict.SAME_CODE) \
-        is TargetVerdict.CRASH
-    assert device_verdict(None, [], 0, TargetVerdict.UNREACHED) is TargetVerdict.UNTESTED
-    assert device_verdict(None, [], 3, TargetVerdict.UNREACHED) is TargetVerdict.UNREACHED
-    assert device_verdict(None, [], 3, None) is TargetVerdict.AGREE
+
+    def not_asked() -> TargetVerdict | None:
+        raise AssertionError("the reach was read although the verdict was decided before it")
+
+    assert device_verdict(broken, ["divergence"], 5, not_asked) is broken
+    assert device_verdict(None, ["sync-regression", "crash", "divergence"], 5, not_asked) is TargetVerdict.CRASH
+    assert device_verdict(None, [], 0, not_asked) is TargetVerdict.UNTESTED
+    assert device_verdict(None, [], 3, lambda: TargetVerdict.UNREACHED) is TargetVerdict.UNREACHED
+    assert device_verdict(None, [], 3, lambda: None) is TargetVerdict.AGREE
 
 
 def test_a_target_s_verdict_over_its_devices() -> None:
     untested, unreached, same = TargetVerdict.UNTESTED, TargetVerdict.UNREACHED, TargetVerdict.SAME_CODE
     agree = TargetVerdict.AGREE
-    assert overall_verdict(TargetVerdict.SKIPPED, [], []) is TargetVerdict.SKIPPED
-    assert overall_verdict(None, ["error-mismatch"], [untested]) is TargetVerdict.ERROR_MISMATCH
+
+    def never_read():  # noqa: ANN202 -- the devices' verdicts, which a state or a failure makes moot
+        raise AssertionError("a device's verdict was read although the target's was decided before it")
+        yield
+
+    assert overall_verdict(TargetVerdict.SKIPPED, [], never_read()) is TargetVerdict.SKIPPED
+    assert overall_verdict(None, ["error-mismatch"], never_read()) is TargetVerdict.ERROR_MISMATCH
     assert overall_verdict(None, [], []) is untested  # no device ran: nothing is known
     assert overall_verdict(None, [], [agree, untested]) is untested
     assert overall_verdict(None, [], [same, unreached, agree]) is unreached
