@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-
 from fuzz.errors import UsageError
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 def cuda_available() -> bool:
+    import torch  # here: devices_for is imported by an xdist worker that needs no torch (fuzz/orchestrate.py)
+
     return torch.cuda.is_available()
 
 

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from fuzz.child import apply_env, child_env, config_payload, read_back, send_back
 from fuzz.config import Hooks, RunConfig
@@ -42,12 +42,19 @@ from fuzz.interrupts import die_with_parent
 from fuzz.model import DeviceTally, TargetEntry
 from fuzz.outputs import write_json
 from fuzz.report import PROGRESS_MARK, progress_printer, show_worker_line
-from fuzz.repro import repro_payload, save_repro
-from fuzz.runner import TargetOutcome, crash_result, failure_of, fuzz_target
 from fuzz.targets import Target, lookup
 from fuzz.verdicts import Verdict
 
+if TYPE_CHECKING:
+    from fuzz.runner import TargetOutcome
+
+# fuzz.runner (and torch with it) is imported where a function needs it, not here: an xdist worker imports
+# this module to start and watch its fuzz process and, unless a crash has to be written up, never needs torch.
+# Not importing it saves each of 16 workers ~2 s of a core at the run's start, when all 32 processes want one
+# (#25, docs/gpu-sharing.md "Start-up").
+
 EXIT_CONTEXT_LOST = 86
+WARM_CUDA_ENV = "SYNCFUZZ_WARM_CUDA"  # "1": the worker makes its CUDA context at start (fuzz.xdist_items)
 STARTUP_ALLOWANCE = 120.0  # seconds for a worker to import torch and reach its first example
 SNAPSHOT_EVERY = 2.0  # seconds between outcome snapshots in the journal
 
@@ -110,11 +117,29 @@ def _serve() -> int:
     control = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    if os.environ.get(WARM_CUDA_ENV) == "1":
+        _warm_cuda()
     for line in sys.stdin:
         if line.strip():
             _run_job(line.strip())
             control.write(f"done {line.strip()}\n")
     return 0
+
+
+def _warm_cuda() -> None:
+    """Make this process' CUDA context before its first job arrives (fuzz.xdist_items starts the process while
+    its xdist worker still collects). Nothing is raised: a context that cannot be made fails again in the
+    job's first CUDA call, where the engine sorts it (a lost context, a refusing MPS server)."""
+    try:
+        import torch
+
+        from fuzz.runner import single_threaded
+
+        single_threaded()  # the thread pools first, as fuzz_target sets them
+
+        torch.empty(1, device="cuda")
+    except Exception as exc:  # noqa: BLE001 -- reported by the job that meets it
+        sys.stderr.write(f"[fuzz] warm-up: no CUDA context yet ({str(exc).splitlines()[0] if str(exc) else exc!r})\n")
 
 
 def job_args(target: str, config: RunConfig, *, first_chunk: int, ends_at: float | None, journal: Path,
@@ -132,6 +157,8 @@ def job_config(args: dict) -> tuple[Target, RunConfig]:
 
 
 def _run_job(args_path: str) -> None:
+    from fuzz.runner import fuzz_target
+
     args = json.loads(Path(args_path).read_text())
     target, config = job_config(args)
     journal = Path(args["journal"])
@@ -256,6 +283,8 @@ def fuzz_isolated(target: Target, config: RunConfig, deadline: float | None, iso
         own_crashes += 1
         sys.stderr.write(f"[fuzz] {target.name}: {verdict.value} ({detail})"
                          + ("; starting a fresh worker\n" if more else "; no restarts left for this target\n"))
+        from fuzz.runner import crash_result
+
         total = total + _crash_entry(target, config, total, crash_result(spec, detail, verdict))
         if not more:
             break
@@ -283,6 +312,9 @@ def _replay_outside_mps(target: Target, config: RunConfig, spec: dict, detail: s
     from fuzz.replay import replay_file
 
     path = workdir / f"{target.name}.mps-victim.json"
+    from fuzz.repro import repro_payload
+    from fuzz.runner import crash_result
+
     write_json(path, repro_payload(target, crash_result(spec, detail), config))
     try:
         return replay_file(str(path), env=outside_mps(isolation.full_env()), device_known=True)
@@ -299,12 +331,17 @@ def _replayed_entry(target: Target, config: RunConfig, total: TargetEntry, spec:
                            expected_optimized_syncs=target.expected_optimized_syncs,
                            by_device={device: DeviceTally(examples=1, verdicts={Verdict.AGREE.value: 1})})
     found = "; ".join(str(m.get("detail", m))[:120] for m in replayed.mismatches[:2]) or replayed.verdict
+    from fuzz.runner import crash_result
+
     return _crash_entry(target, config, total, crash_result(
         spec, f"re-run outside MPS after its context was ended: {found}", Verdict(replayed.verdict)))
 
 
 def _crash_entry(target: Target, config: RunConfig, total: TargetEntry, crash: Any) -> TargetEntry:
     """A dead worker's example as an entry: counted, and saved the first time it is seen."""
+    from fuzz.repro import repro_payload, save_repro
+    from fuzz.runner import failure_of
+
     failure = failure_of(crash)
     if failure.signature not in {f.signature for f in total.failures} and config.corpus is not None:
         path = save_repro(Path(config.corpus) / "failures", repro_payload(target, crash, config))
@@ -399,7 +436,7 @@ def _run_worker(args_path: Path, target: Target, config: RunConfig, journal: Pat
     tail = worker.tail
     snapshot = journal.with_suffix(".snapshot.json")
     part = (TargetEntry.from_json(json.loads(snapshot.read_text()), "worker snapshot") if snapshot.exists()
-            else TargetOutcome(target, tuple(d for d in config.devices if d in target.devices)).entry())
+            else _empty_entry(target, config))
     record = _journal(journal)
     if "spec" not in record:
         # Nothing ran: an import or set-up failure is the fuzzer's, not a verdict.
@@ -418,6 +455,13 @@ def _drain(worker: WorkerProcess) -> None:
     deadline = time.monotonic() + 2.0
     while worker.process.stderr and not worker.process.stderr.closed and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def _empty_entry(target: Target, config: RunConfig) -> TargetEntry:
+    """The entry of a target that ran no example in this worker."""
+    from fuzz.runner import TargetOutcome
+
+    return TargetOutcome(target, tuple(d for d in config.devices if d in target.devices)).entry()
 
 
 def _journal(path: Path) -> dict:

@@ -19,7 +19,6 @@ from fuzz.devices import devices_for
 from fuzz.interrupts import interrupted_by
 from fuzz.model import Interrupted, TargetEntry, add_entries
 from fuzz.plan import Item, plan
-from fuzz.runner import fuzz_target
 from fuzz.targets import Target
 
 if TYPE_CHECKING:
@@ -67,6 +66,8 @@ def run_item(item: Item, config: RunConfig, isolation: Isolation | None, deadlin
         from fuzz.isolation import fuzz_isolated
 
         return fuzz_isolated(item.target, item_config, deadline, isolation)
+    from fuzz.runner import fuzz_target  # here: an xdist worker imports this module and needs no torch
+
     return fuzz_target(item.target, item_config, deadline, hooks).entry()
 
 

@@ -295,25 +295,6 @@ def single_threaded() -> None:
     import torch
 
     torch.set_num_threads(int(os.environ.get("SYNCFUZZ_THREADS", "1")))
-    _cuda_wait_once()
-
-
-_CUDA_WAIT_SET: list[str] = []
-
-
-def _cuda_wait_once() -> None:
-    """SYNCFUZZ_CUDA_WAIT (fuzz/cudawait.py), once per process, before its first CUDA call."""
-    if _CUDA_WAIT_SET:
-        return
-    from fuzz.cudawait import set_cuda_wait, wait_mode
-
-    mode = wait_mode()
-    problem = set_cuda_wait(mode)
-    _CUDA_WAIT_SET.append(mode)
-    if problem:
-        import sys
-
-        print(f"[fuzz] SYNCFUZZ_CUDA_WAIT={mode}: not set: {problem}", file=sys.stderr)
 
 
 def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None, hooks: Hooks = NO_HOOKS,

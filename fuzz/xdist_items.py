@@ -44,6 +44,42 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         run = _run()
         items = run["items"] if run else []
         metafunc.parametrize("fuzz_item", items, ids=[f"{i['target']}[{i['piece'] + 1}/{i['pieces']}]" for i in items])
+        if run and items and os.environ.get("PYTEST_XDIST_WORKER"):
+            _warm_start(run)
+
+
+def _warm_start(run: dict) -> None:
+    """Start this xdist worker's fuzz process while the worker is still collecting, so its torch import and
+    CUDA context overlap the wait for the slowest worker's collection and the first item's scheduling instead
+    of coming out of the first item's budget share (#25: on the H200, 16 workers under MPS fuzzed 8.9 workers'
+    worth of a 30 s budget; docs/gpu-sharing.md "Start-up")."""
+    config = item_config(run)
+    if config.isolated:
+        _isolation(run, config, _worker_index()).worker()
+
+
+def _isolation(run: dict, config: RunConfig, worker: int) -> "Isolation":
+    """This xdist worker's Isolation: one per worker, so its fuzz process outlives the item and start-up
+    (torch import, CUDA context) is paid once per worker."""
+    from fuzz.isolation import WARM_CUDA_ENV, Isolation
+
+    isolation = _ISOLATIONS.get(worker)
+    if isolation is None:
+        env = _gpu_env(run, worker)
+        if "cuda" in config.devices and run["gpus"]:
+            env[WARM_CUDA_ENV] = "1"  # fuzz.isolation._serve makes the context before the first job
+        isolation = _ISOLATIONS[worker] = Isolation(workdir=Path(run["journal"]) / f"gw{worker}", env=env)
+    return isolation
+
+
+def _gpu_env(run: dict, worker: int) -> dict[str, str | None]:
+    """The GPU this worker's fuzz processes see (round-robin over the visible ones), if the run has any."""
+    gpu = _gpu(run, worker)
+    return {"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}
+
+
+def _gpu(run: dict, worker: int) -> int | None:
+    return worker % run["gpus"] if run["gpus"] else None
 
 
 def _worker_index() -> int:
@@ -57,7 +93,6 @@ def item_config(run: dict) -> RunConfig:
 
 
 def test_fuzz_item(fuzz_item: dict) -> None:
-    from fuzz.isolation import Isolation
     from fuzz.orchestrate import run_item
     from fuzz.plan import Item
     from fuzz.targets import lookup
@@ -67,17 +102,10 @@ def test_fuzz_item(fuzz_item: dict) -> None:
     config = item_config(run)
     (target,) = lookup([fuzz_item["target"]], config.target_modules)
     worker = _worker_index()
-    gpu = worker % run["gpus"] if run["gpus"] else None
-    env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}
+    gpu = _gpu(run, worker)
     isolation = None
     if config.isolated:
-        # One Isolation per xdist worker: its fuzz process outlives the item,
-        # so start-up (torch import, CUDA context) is paid once per worker.
-        isolation = _ISOLATIONS.get(worker)
-        if isolation is None:
-            isolation = _ISOLATIONS[worker] = Isolation(
-                workdir=Path(run["journal"]) / f"gw{worker}",
-                env=env)
+        isolation = _isolation(run, config, worker)
     elif gpu is not None:
         import torch
 
