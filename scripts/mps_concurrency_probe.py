@@ -32,7 +32,7 @@ PHASES = ("fuzz", "rounds", "stages", "hypothesis", "sync", "h2d")
 def child(index: int, start_wall: float, window: float) -> dict:
     import torch
 
-    from bench.run import STAGES, hypothesis_alone
+    from bench.run import STAGES, engine, hypothesis_alone
     from fuzz.config import RunConfig
     from fuzz.execute import run_example
     from fuzz.runner import SPECS_PER_CASE, fuzz_target
@@ -44,18 +44,7 @@ def child(index: int, start_wall: float, window: float) -> dict:
             torch.cuda.synchronize()
 
     (target,) = lookup([TARGETS[index % len(TARGETS)]])
-    specs: list[dict] = []
-    import fuzz.runner as runner
-
-    original = runner.run_example
-
-    def keeping(target, spec, **kwargs):  # noqa: ANN001, ANN202
-        specs.append(spec)
-        return original(target, spec, **kwargs)
-
-    runner.run_example = keeping
-    fuzz_target(target, RunConfig(devices=(DEVICE,), seed=1 + index, max_examples=60))
-    runner.run_example = original
+    _, specs = engine(target, DEVICE, 60, 1 + index)  # the warm-up, keeping the specs the fuzzer drew
     sync()
     result: dict = {"index": index, "target": target.name, "specs": len(specs)}
 
