@@ -223,7 +223,7 @@ def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batc
     from hypothesis import strategies as st
     from hypothesis.control import current_build_context
 
-    from fuzz.runner import hypothesis_settings
+    from fuzz.runner import hypothesis_settings, no_local_constants
 
     strategy = target.input_model().specs((device,), "caller")
     if batch > 1:
@@ -238,7 +238,8 @@ def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batc
         choices[0] += len(current_build_context().data.choices)
 
     start = time.perf_counter()
-    test()
+    with no_local_constants():  # as fuzz.runner draws
+        test()
     return (time.perf_counter() - start) / max(drawn[0], 1), choices[0] / max(drawn[0], 1)
 
 

@@ -1,0 +1,28 @@
+"""One seed draws the same examples in every way a run can be made: in-process, in its worker process,
+and under pytest-xdist workers (fuzz.runner.no_local_constants; tests/unit/test_seed_determinism.py has
+the mechanism). Before the pin, fla-chunk-indices at seed 0 had 7 inputs where both sides raise in a
+worker process and 19 in-process."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support import cli
+
+TARGETS = ("fla-chunk-indices", "keep-on-cpu-keye-grid-thw")
+
+
+def _tallies(tmp_path, name: str, *mode: str) -> dict:
+    report = tmp_path / f"{name}.json"
+    done = cli("run", "--device", "cpu", "--seed", "0", "--max-examples", "100", "--quiet", "--confirm", "0",
+               "--corpus", str(tmp_path / f"corpus-{name}"), "--report", str(report),
+               *[arg for target in TARGETS for arg in ("--target", target)], *mode)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {t["name"]: t["by_device"]["cpu"] for t in json.loads(report.read_text())["targets"]}
+
+
+def test_worker_process_in_process_and_xdist_runs_of_one_seed_tally_alike(tmp_path):
+    worker = _tallies(tmp_path, "worker")
+    assert _tallies(tmp_path, "in-process", "--in-process") == worker
+    assert _tallies(tmp_path, "xdist", "--workers", "2") == worker
+    assert all(tally["examples"] == 100 for tally in worker.values())
