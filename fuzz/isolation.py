@@ -283,9 +283,7 @@ def fuzz_isolated(target: Target, config: RunConfig, deadline: float | None, iso
         own_crashes += 1
         sys.stderr.write(f"[fuzz] {target.name}: {verdict.value} ({detail})"
                          + ("; starting a fresh worker\n" if more else "; no restarts left for this target\n"))
-        from fuzz.runner import crash_result
-
-        total = total + _crash_entry(target, config, total, crash_result(spec, detail, verdict))
+        total = total + _crash_entry(target, config, total, spec, detail, verdict)
         if not more:
             break
     assert total is not None
@@ -331,17 +329,17 @@ def _replayed_entry(target: Target, config: RunConfig, total: TargetEntry, spec:
                            expected_optimized_syncs=target.expected_optimized_syncs,
                            by_device={device: DeviceTally(examples=1, verdicts={Verdict.AGREE.value: 1})})
     found = "; ".join(str(m.get("detail", m))[:120] for m in replayed.mismatches[:2]) or replayed.verdict
-    from fuzz.runner import crash_result
-
-    return _crash_entry(target, config, total, crash_result(
-        spec, f"re-run outside MPS after its context was ended: {found}", Verdict(replayed.verdict)))
+    return _crash_entry(target, config, total, spec, f"re-run outside MPS after its context was ended: {found}",
+                        Verdict(replayed.verdict))
 
 
-def _crash_entry(target: Target, config: RunConfig, total: TargetEntry, crash: Any) -> TargetEntry:
+def _crash_entry(target: Target, config: RunConfig, total: TargetEntry, spec: dict, detail: str,
+                 verdict: Verdict) -> TargetEntry:
     """A dead worker's example as an entry: counted, and saved the first time it is seen."""
     from fuzz.repro import repro_payload, save_repro
-    from fuzz.runner import failure_of
+    from fuzz.runner import crash_result, failure_of  # with torch: only once a worker has died
 
+    crash = crash_result(spec, detail, verdict)
     failure = failure_of(crash)
     if failure.signature not in {f.signature for f in total.failures} and config.corpus is not None:
         path = save_repro(Path(config.corpus) / "failures", repro_payload(target, crash, config))

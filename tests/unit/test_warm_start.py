@@ -4,6 +4,7 @@ out of the first item's budget share on every worker; docs/gpu-sharing.md "Start
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -93,3 +94,26 @@ def test_a_warm_up_without_cuda_is_one_line_and_no_error(capsys):
     _warm_cuda()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("[fuzz] warm-up: no CUDA context yet (")
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_fuzz_process_makes_its_cuda_context_before_its_first_job_only_when_asked(warm):
+    # The real worker process (python -m fuzz.isolation --serve), its stdin closed at once: with the
+    # setting it tries the context before reading any job; without it, it does not try.
+    from fuzz.isolation import WARM_CUDA_ENV
+
+    env = {k: v for k, v in os.environ.items() if k != WARM_CUDA_ENV}
+    if warm:
+        env[WARM_CUDA_ENV] = "1"
+    probe = ("import sys, fuzz.isolation as iso\n"
+             "real = iso._warm_cuda\n"
+             "def traced():\n"
+             "    sys.stderr.write('[probe] warm-up called\\n'); real()\n"
+             "iso._warm_cuda = traced\n"
+             "sys.exit(iso._serve())\n")
+    done = subprocess.run([sys.executable, "-c", probe], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ("[probe] warm-up called" in done.stderr) is warm
+    if warm and not torch.cuda.is_available():
+        assert "[fuzz] warm-up: no CUDA context yet (" in done.stderr
