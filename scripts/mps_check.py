@@ -61,11 +61,24 @@ def nightly(off_path: str, mps_path: str) -> bool:
         print(f"     {device}: off {examples(off, device):,}, mps {examples(mps, device):,}")
     ratio = examples(mps) / max(examples(off), 1)
     good &= check(ratio >= 3.0, f"nightly examples: off {examples(off):,}, mps {examples(mps):,} = {ratio:.2f}x (>= 3)")
+    gains(off, mps)
     for name, report in (("off", off), ("mps", mps)):
         ok, said = served(report)
         good &= check(ok, f"{name}: every item served: {said}")
         print(f"     {name}: {gpu_use(report)}; exit verdicts {sorted({t['verdict'] for t in report['targets']})}")
     return good
+
+
+def gains(off: dict, mps: dict) -> None:
+    """Per target: every target gets the same share of the budget, so the sum of examples is weighted by the
+    cheapest targets; this says which ones hold the ratio down (docs/gpu-sharing.md)."""
+    mine = {t["name"]: examples({"targets": [t]}) for t in mps["targets"]}
+    total = max(examples(off), 1)
+    print("     per target (off examples, share of off, mps examples, gain), most examples first:")
+    for t in sorted(off["targets"], key=lambda t: -t["examples"]):
+        theirs = mine.get(t["name"], 0)
+        print(f"       {t['name']:40s} {t['examples']:8,} {t['examples'] / total:6.1%} {theirs:8,} "
+              f"{theirs / max(t['examples'], 1):5.2f}x")
 
 
 def scale(one_path: str, many_path: str) -> bool:
