@@ -63,10 +63,24 @@ def nightly(off_path: str, mps_path: str) -> bool:
     good &= check(ratio >= 3.0, f"nightly examples: off {examples(off):,}, mps {examples(mps):,} = {ratio:.2f}x (>= 3)")
     gains(off, mps)
     for name, report in (("off", off), ("mps", mps)):
+        print(f"     {name}: {pace(report)}")
         ok, said = served(report)
         good &= check(ok, f"{name}: every item served: {said}")
         print(f"     {name}: {gpu_use(report)}; exit verdicts {sorted({t['verdict'] for t in report['targets']})}")
     return good
+
+
+def pace(report: dict) -> str:
+    """How much of workers x budget the items fuzzed, and at what rate: the rate is what MPS changes, the
+    share is start-up, item changes and the slots a last round leaves empty (the same in both runs)."""
+    seconds = sum(p.get("seconds") or 0 for t in report["targets"] for p in t.get("placement", []))
+    run = report["run"]
+    capacity = (run.get("workers") or 1) * (run.get("budget") or 0)
+    share = "no budget"
+    if capacity:
+        share = f"{seconds / capacity:.2f} of {run.get('workers')} workers x {run.get('budget'):g} s"
+    rate = examples(report) / max(seconds, 1e-9)
+    return f"items fuzzed {seconds:,.0f} s ({share}), {rate:,.0f} examples per item-second"
 
 
 def gains(off: dict, mps: dict) -> None:

@@ -1,0 +1,35 @@
+"""scripts/mps_check.py reads issue #25's nightly pair and says PASS or FAIL for each figure, with the
+per-target gains and each run's pace (docs/gpu-sharing.md). Checked on a recorded H200 pair."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "gpu-runs" / "data"
+
+
+def _nightly(off: str, mps: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "mps_check.py"), "nightly", str(DATA / off),
+                           str(DATA / mps)], capture_output=True, text=True, timeout=60)
+
+
+def test_a_pair_short_of_3x_fails_with_its_figures_per_target_and_pace():
+    done = _nightly("2026-12-03b-nightly-off-summary.json", "2026-12-03b-nightly-mps-summary.json")
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "FAIL nightly examples: off 183,085, mps 381,359 = 2.08x (>= 3)" in out
+    assert "PASS off: every item served: 44/44 items back" in out
+    # Every target gets a row, most off examples first: the two cheapest lead.
+    rows = [line.split() for line in out.splitlines() if line.strip().endswith("x") and "%" in line]
+    assert len(rows) == 22 and [r[0] for r in rows[:2]] == ["async-tensor-h2d", "cpu-gpu-buffer-copy-to-gpu"]
+    assert "off: items fuzzed 1,850 s (0.77 of 16 workers x 150 s), 99 examples per item-second" in out
+
+
+def test_a_run_against_itself_fails_the_modes_and_the_ratio():
+    # mps against itself: the modes check fails (both say mps), the ratio is 1.00x: exit 1, not a false PASS.
+    done = _nightly("2026-12-03b-nightly-mps-summary.json", "2026-12-03b-nightly-mps-summary.json")
+    assert done.returncode == 1
+    assert "FAIL modes" in done.stdout and "= 1.00x" in done.stdout
