@@ -8,8 +8,11 @@ equal items that is ``budget / ceil(items / workers)`` each -- at least half
 the fair share ``budget x workers / items`` -- and what earlier items left
 unused or overran by (start-up, a slow last example, shrinking) moves the
 later shares, whatever order and timing the scheduler (pytest-xdist) starts
-items in. The older rule split the time left over "waves" of items not
-yet started and ignored the items still running: on 16 workers the first wave
+items in. An item that is the last its worker will run gets all the time left
+instead: nothing else can use that slot (fuzz/xdist_last.py), and with 44
+items on 16 workers 4 slots used to idle for the last round. The older rule
+split the time left over "waves" of items not yet started and ignored the items
+still running: on 16 workers the first wave
 got up to 1.3x its share, later ones more, and 6 of 42 items of a 150 s nightly
 got nothing (H200 host, 2026-12-01). tests/unit/test_budget.py simulates 1-64 workers.
 """
@@ -50,6 +53,15 @@ def fair_share(now: float, ends_at: float, workers: int, not_started: int, promi
     return low
 
 
+def item_share(now: float, ends_at: float, workers: int, not_started: int, promised_until: Iterable[float],
+               *, last: bool) -> float:
+    """The share of the item starting ``now``: the fair share, or, when it is the last item its worker will
+    run (``last``: every item has been handed out), all the time left -- no other item can use that slot."""
+    if last:
+        return max(ends_at - now, 0.0)
+    return fair_share(now, ends_at, workers, not_started, promised_until)
+
+
 class Board:
     """The shared record of a run's started and finished items: one small file
     per item in a folder every worker of the run sees (the run's own temporary
@@ -59,15 +71,17 @@ class Board:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
 
-    def start(self, index: int, *, total: int, workers: int, ends_at: float) -> float:
-        """Record item ``index`` as started; return its share in seconds."""
+    def start(self, index: int, *, total: int, workers: int, ends_at: float, last: bool = False) -> float:
+        """Record item ``index`` as started; return its share in seconds. ``last``: the item is the last its
+        worker will run (fuzz/xdist_last.py) -- every item has been handed out, so its slot has nothing else
+        to do and the item gets all the time left (the slot counts as busy to the end for the others)."""
         now = time.time()
         started, promised = 0, []
         for path in self.folder.glob("*.start"):
             started += 1
             if not (self.folder / f"{path.stem}.done").exists():
                 promised.append(_read_until(path))
-        share = fair_share(now, ends_at, workers, total - started, promised)
+        share = item_share(now, ends_at, workers, total - started, promised, last=last)
         tmp = self.folder / f".{index}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"until": now + share}))
         os.replace(tmp, self.folder / f"{index}.start")  # whole or absent: never half-read

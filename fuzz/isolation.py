@@ -308,11 +308,10 @@ def _replay_outside_mps(target: Target, config: RunConfig, spec: dict, detail: s
                         isolation: Isolation) -> Any:
     """The example re-run in a fresh process that is no MPS client (fuzz/replay.py); None if it cannot be."""
     from fuzz.replay import replay_file
+    from fuzz.repro import repro_payload
+    from fuzz.runner import crash_result  # with torch: only once a worker has died
 
     path = workdir / f"{target.name}.mps-victim.json"
-    from fuzz.repro import repro_payload
-    from fuzz.runner import crash_result
-
     write_json(path, repro_payload(target, crash_result(spec, detail), config))
     try:
         return replay_file(str(path), env=outside_mps(isolation.full_env()), device_known=True)

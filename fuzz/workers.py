@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,21 +58,28 @@ def run_with_xdist(items: list[Item], config: RunConfig, seconds: float | None =
     run_file = workdir / "run.json"
     run_file.write_text(json.dumps(run))
     env = xdist_env(run_file, env_changes)
-    command = [sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-n", str(workers), "--dist", "load", "-q",
-               "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(workdir), "--pyargs", "fuzz.xdist_items"]
+    command = [sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-p", "fuzz.xdist_last", "-n", str(workers),
+               "--dist", "load", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(workdir),
+               "--pyargs", "fuzz.xdist_items"]
     try:
         done = _run_showing_items(command, env, workdir, results, items, show_items)
     except KeyboardInterrupt:  # pytest is killed; keep what finished
         from fuzz.interrupts import interrupted_by
 
         signal_name = interrupted_by()  # first: the signal is handled, not raised again while results are read
-        raise Interrupted(_entries(sorted(results.glob("*.json")), config), signal_name) from None
+        entries = _entries(sorted(results.glob("*.json")), config)
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise Interrupted(entries, signal_name) from None
     paths = sorted(results.glob("*.json"))
-    if len(paths) != len(items):
+    if len(paths) != len(items):  # the run's folder stays, for whoever looks into it
         tail = "\n".join(done.stdout.strip().splitlines()[-15:])
         raise FuzzError(f"pytest-xdist finished {len(paths)} of {len(items)} items "
-                        f"(exit {done.returncode}):\n{tail}")
-    return _entries(paths, config)
+                        f"(exit {done.returncode}; its files: {workdir}):\n{tail}")
+    entries = _entries(paths, config)
+    # The run file, the items' results and the budget board are read: a nightly a day must not leave a folder
+    # in the temporary directory each time (the journals, which a crash report names, live in the corpus).
+    shutil.rmtree(workdir, ignore_errors=True)
+    return entries
 
 
 def xdist_env(run_file: Path, env_changes: Mapping[str, str | None] | None = None) -> dict[str, str]:

@@ -92,10 +92,11 @@ def item_config(run: dict) -> RunConfig:
     return RunConfig.from_json(run["config"], "xdist run file")
 
 
-def test_fuzz_item(fuzz_item: dict) -> None:
+def test_fuzz_item(fuzz_item: dict, request: pytest.FixtureRequest) -> None:
     from fuzz.orchestrate import run_item
     from fuzz.plan import Item
     from fuzz.targets import lookup
+    from fuzz.xdist_last import LAST_ON_WORKER
 
     run = _run()
     assert run is not None
@@ -111,11 +112,12 @@ def test_fuzz_item(fuzz_item: dict) -> None:
 
         torch.cuda.set_device(gpu)
     item = Item(target, fuzz_item["piece"], fuzz_item["pieces"], fuzz_item["seed"], fuzz_item["max_examples"])
-    deadline = None
+    deadline = share = None
+    last = request.node.stash.get(LAST_ON_WORKER, False)
     board = Board(Path(run["results"]).parent / "board")
     if run["ends_at"] is not None:
         share = board.start(fuzz_item["index"], total=len(run["items"]), workers=config.workers,
-                            ends_at=run["ends_at"])
+                            ends_at=run["ends_at"], last=last)
         deadline = time.monotonic() + share
     victims_before = isolation.victims_replayed if isolation is not None else 0
     try:
@@ -127,6 +129,8 @@ def test_fuzz_item(fuzz_item: dict) -> None:
     # under MPS, the examples another client's fault ended (re-run outside MPS).
     placed = {"item": item.key, "worker": f"gw{worker}", "gpu": gpu, "pid": os.getpid(),
               "examples": entry.examples, "seconds": entry.seconds}
+    if share is not None:  # the budget's share it was given; the worker's last item runs to the run's end
+        placed.update(share=round(share, 3), last_on_worker=last)
     if isolation is not None and isolation.victims_replayed > victims_before:
         placed["mps_victims_replayed"] = isolation.victims_replayed - victims_before
     if isolation is not None and isolation.left_mps:

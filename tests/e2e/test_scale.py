@@ -30,14 +30,39 @@ def _totals(report):
 def test_workers_distribute_items_over_xdist(tmp_path):
     # The caller's own pytest options (a CI job's PYTEST_ADDOPTS, say --cov) are
     # not the internal pytest's: it loads no plugin that would understand them.
+    (tmp_path / "tmp").mkdir()
     result = cli("run", "--device", "cpu", "--seed", "1", "--max-examples", "20", "--workers", "2", "--pieces", "2",
                  *TWO, "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"), "--quiet",
-                 extra_env={"PYTEST_ADDOPTS": "--cov=fuzz", "PYTEST_PLUGINS": "no_such_plugin_module"})
+                 extra_env={"PYTEST_ADDOPTS": "--cov=fuzz", "PYTEST_PLUGINS": "no_such_plugin_module",
+                            "TMPDIR": str(tmp_path / "tmp")})
     assert result.returncode == 0, result.stdout + result.stderr
     report = _report(tmp_path / "r.json")
     workers = {p["worker"] for t in report["targets"] for p in t["placement"]}
     assert workers == {"gw0", "gw1"}
     assert all(t["examples"] == 20 for t in report["targets"])
+    # The xdist run's own folder (run file, results, budget board) is gone once read.
+    assert not list((tmp_path / "tmp").glob("syncfuzz-xdist-*"))
+
+
+@pytest.mark.slow
+def test_each_workers_last_item_is_told_so_and_given_a_share(tmp_path):
+    """3 items on 2 workers: pytest-xdist hands them out round-robin at once, one worker gets 1 and the
+    other 2; the last item on each worker knows it (fuzz/xdist_last.py), so it may run to the run's end
+    (the shares themselves: tests/unit/test_budget.py)."""
+    result = cli("run", "--device", "cpu", "--seed", "1", "--budget", "12", "--confirm", "0", "--workers", "2",
+                 *TWO, "--target", "async-tensor-h2d", "--corpus", str(tmp_path / "c"),
+                 "--report", str(tmp_path / "r.json"), "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    placed = [p for t in _report(tmp_path / "r.json")["targets"] for p in t["placement"]]
+    by_worker: dict[str, list[dict]] = {}
+    for p in placed:
+        by_worker.setdefault(p["worker"], []).append(p)
+    assert sorted(len(v) for v in by_worker.values()) == [1, 2]
+    for items in by_worker.values():
+        assert [p["last_on_worker"] for p in items].count(True) == 1
+        assert all(p["share"] > 0 for p in items)
+    (lone,) = (v[0] for v in by_worker.values() if len(v) == 1)
+    assert lone["last_on_worker"]
 
 
 def test_two_shards_merge_into_the_totals_of_one_run(tmp_path):

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from fuzz.budget import Board, fair_share
+from fuzz.budget import Board, fair_share, item_share
 
 # Every item gets at least 90% of what equal items packed into the slots would
 # get (budget / ceil(items / workers)), so at least 45% of the fair share
@@ -102,3 +102,82 @@ def test_the_board_grants_what_the_formula_does(tmp_path, monkeypatch):
     assert board.start(32, total=40, workers=32, ends_at=ends_at) == pytest.approx(45.0)
     now[0] = ends_at + 1
     assert board.start(33, total=40, workers=32, ends_at=ends_at) == 0.0
+
+
+def simulate_xdist(workers: int, items: int, budget: float, last_runs_to_end: bool) -> tuple[list[float], float]:
+    """Equal items that use exactly their share, scheduled as pytest-xdist's ``load`` mode hands them out:
+    two queued per worker at first (all round-robin when there are fewer than two per worker), one more
+    each time a worker finishes an item while any is left, "shutdown" once none is; a worker starts its
+    next item only when it knows the one after (``nextitem``), which is None after "shutdown"
+    (fuzz/xdist_last.py). Returns the shares and the share of workers x budget the items filled."""
+    pending = list(range(items))
+    queues: list[list[int]] = [[] for _ in range(workers)]
+    shut = [False] * workers
+    if items < 2 * workers:
+        for index in range(items):
+            queues[index % workers].append(pending.pop(0))
+    else:
+        for queue in queues:
+            queue.extend(pending[:2])
+            del pending[:2]
+    if not pending:
+        shut = [True] * workers
+    running: list[tuple[float, float]] = []  # (finish, promised until) of items started
+    started = 0
+    shares: list[float] = []
+    events = [(0.0, worker) for worker in range(workers)]  # (time the worker is free, worker)
+    heapq.heapify(events)
+    while events:
+        now, worker = heapq.heappop(events)
+        queue = queues[worker]
+        if not queue:
+            continue
+        if len(queue) == 1 and not shut[worker]:  # the controller answers the finished item first
+            if pending:
+                queue.append(pending.pop(0))
+            else:
+                shut[worker] = True
+        queue.pop(0)
+        last = not queue and shut[worker]
+        running = [(end, until) for end, until in running if end > now]
+        share = item_share(now, budget, workers, items - started, [until for _, until in running],
+                           last=last_runs_to_end and last)
+        started += 1
+        shares.append(share)
+        running.append((now + share, now + share))
+        heapq.heappush(events, (now + share, worker))
+    return shares, sum(shares) / (workers * budget)
+
+
+@pytest.mark.parametrize("workers,items", [(16, 44), (2, 3), (16, 42), (8, 20), (4, 9), (16, 32), (64, 130)])
+def test_a_workers_last_item_fills_its_slot_and_takes_from_no_one(workers, items):
+    """The H200 nightly (44 items, 16 workers): with the packed share alone 4 workers ran 2 items and idled
+    through the third round (the items filled 0.917 of the slots); letting each worker's last item run to
+    the end fills them, and no item gets less than the packed share."""
+    packed = 150.0 / math.ceil(items / workers)
+    before, filled_before = simulate_xdist(workers, items, 150.0, last_runs_to_end=False)
+    after, filled_after = simulate_xdist(workers, items, 150.0, last_runs_to_end=True)
+    assert len(after) == items
+    assert min(after) >= packed - 1e-6
+    assert filled_after == pytest.approx(min(1.0, items / workers))
+    assert filled_after >= filled_before
+    if items % workers and items > workers:
+        assert filled_before < 0.95
+
+
+def test_the_last_item_on_a_worker_gets_all_the_time_left(tmp_path, monkeypatch):
+    import fuzz.budget as budget
+
+    now = [1000.0]
+    monkeypatch.setattr(budget.time, "time", lambda: now[0])
+    board = Board(tmp_path / "board")
+    ends_at = 1000.0 + 60.0
+    # 3 items on 2 workers: the first gets half; the other worker's only item gets all 60 s, and its slot
+    # then counts as busy to the end, so the first worker's second (and last) item gets the rest of its own.
+    assert board.start(0, total=3, workers=2, ends_at=ends_at) == pytest.approx(30.0)
+    assert board.start(1, total=3, workers=2, ends_at=ends_at, last=True) == pytest.approx(60.0)
+    now[0] += 30.0
+    board.finish(0)
+    assert board.start(2, total=3, workers=2, ends_at=ends_at, last=True) == pytest.approx(30.0)
+    now[0] = ends_at + 5
+    assert board.start(3, total=4, workers=2, ends_at=ends_at, last=True) == 0.0

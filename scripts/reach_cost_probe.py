@@ -1,0 +1,101 @@
+"""#25: what tracing reach costs a cheap target's example, and where (docs/benchmarks.md, "reach tracing at a
+nightly item's length"). In the H200's mps nightly, async-tensor-h2d and cpu-gpu-buffer-copy-to-gpu ran 0.77x
+their untraced examples, while one CPU process lost 1-6% to tracing them. This runs the engine with and
+without reach (bench.run.engine, alternating), times the tracer's own start and stop (fuzz.reach.Measure.on
+and .off), and with --profile writes a cProfile of a traced and an untraced run. Run it once, and W at once
+(scripts/reach_cost_probe.sh), on cuda and cpu: which of "a traced CUDA call" and "W processes tracing"
+costs the examples."""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.getcwd())
+
+from bench.run import engine  # noqa: E402
+from fuzz.targets import lookup  # noqa: E402
+
+
+def timed_tracer() -> dict[str, float]:
+    """Wrap Measure.on/off: seconds spent starting and stopping coverage.py, and how many times."""
+    import fuzz.reach as reach
+
+    spent = {"on_s": 0.0, "off_s": 0.0, "starts": 0}
+    on, off = reach.Measure.on, reach.Measure.off
+
+    def timed_on(self, device: str) -> None:  # noqa: ANN001
+        start = time.perf_counter()
+        was = self.running
+        on(self, device)
+        spent["on_s"] += time.perf_counter() - start
+        spent["starts"] += int(self.running and not was)
+
+    def timed_off(self) -> None:  # noqa: ANN001
+        start = time.perf_counter()
+        off(self)
+        spent["off_s"] += time.perf_counter() - start
+
+    reach.Measure.on, reach.Measure.off = timed_on, timed_off
+    return spent
+
+
+def profile(target, device: str, examples: int, coverage: bool, top: int) -> str:  # noqa: ANN001
+    profiler = cProfile.Profile()
+    profiler.enable()
+    engine(target, device, examples, 7, coverage=coverage)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--examples", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--target", action="append", required=True)
+    parser.add_argument("--label", default="1")
+    parser.add_argument("--profile", help="write cProfile tables of a traced and an untraced run here")
+    args = parser.parse_args()
+    spent = timed_tracer()
+    for target in lookup(args.target):
+        engine(target, args.device, 5, 99)
+        engine(target, args.device, 5, 99, coverage=True)
+        pairs, tracer = [], []
+        for repeat in range(args.repeats):
+            order = (False, True) if repeat % 2 == 0 else (True, False)
+            seconds = {}
+            for on in order:
+                before = dict(spent)
+                seconds[on] = engine(target, args.device, args.examples, 1 + repeat, coverage=on)[0]
+                if on:
+                    tracer.append({k: spent[k] - before[k] for k in spent})
+            pairs.append((seconds[False], seconds[True]))
+        ratio = statistics.median(b / a for a, b in pairs)
+        starts = statistics.median(t["starts"] for t in tracer)
+        start_stop = statistics.median((t["on_s"] + t["off_s"]) / max(t["starts"], 1) for t in tracer)
+        extra = statistics.median(b - a for a, b in pairs) * args.examples
+        off_us = 1e6 * statistics.median(a for a, _ in pairs)
+        on_us = 1e6 * statistics.median(b for _, b in pairs)
+        runs = ", ".join(f"{b / a:.3f}" for a, b in pairs)
+        share = 100 * starts * start_stop / max(extra, 1e-9)
+        print(f"[{args.label} pid {os.getpid()}] {target.name:28} {args.device} off {off_us:7.1f} us on {on_us:7.1f} us"
+              f"  traced/untraced {ratio:5.3f} (runs {runs});  tracer starts {starts:.0f} per {args.examples}"
+              f" examples, {1e6 * start_stop:6.1f} us each start+stop = {share:5.1f}% of the added time", flush=True)
+        if args.profile:
+            with open(args.profile, "a") as f:
+                for on in (True, False):
+                    f.write(f"==== {target.name} {args.device} coverage={on}\n")
+                    f.write(profile(target, args.device, args.examples, on, 30))
+
+
+if __name__ == "__main__":
+    main()
