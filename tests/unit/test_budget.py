@@ -84,12 +84,18 @@ def test_running_items_keep_what_they_were_promised():
     assert fair_share(0.0, 150.0, 2, 7, []) == pytest.approx(37.5)
 
 
-def test_the_board_grants_what_the_formula_does(tmp_path, monkeypatch):
+@pytest.fixture
+def clocked_board(tmp_path, monkeypatch):
+    """A real file board on a clock the test moves: (board, [now])."""
     import fuzz.budget as budget
 
     now = [1000.0]
     monkeypatch.setattr(budget.time, "time", lambda: now[0])
-    board = Board(tmp_path / "board")
+    return Board(tmp_path / "board"), now
+
+
+def test_the_board_grants_what_the_formula_does(clocked_board):
+    board, now = clocked_board
     ends_at = 1000.0 + 90.0
     # 40 items on 32 workers: two rounds of 45 s.
     assert board.start(0, total=40, workers=32, ends_at=ends_at) == pytest.approx(45.0)
@@ -165,12 +171,8 @@ def test_a_workers_last_item_fills_its_slot_and_takes_from_no_one(workers, items
         assert filled_before < 0.95
 
 
-def test_the_last_item_on_a_worker_gets_all_the_time_left(tmp_path, monkeypatch):
-    import fuzz.budget as budget
-
-    now = [1000.0]
-    monkeypatch.setattr(budget.time, "time", lambda: now[0])
-    board = Board(tmp_path / "board")
+def test_the_last_item_on_a_worker_gets_all_the_time_left(clocked_board):
+    board, now = clocked_board
     ends_at = 1000.0 + 60.0
     # 3 items on 2 workers: the first gets half; the other worker's only item gets all 60 s, and its slot
     # then counts as busy to the end, so the first worker's second (and last) item gets the rest of its own.
