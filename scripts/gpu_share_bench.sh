@@ -39,6 +39,7 @@ PY
       --known-issues known-issues.json --gpu-share "$mode" $NIGHTLY_ARGS
   done
   want nightly && python3 scripts/mps_check.py nightly "$OUT/nightly-off.json" "$OUT/nightly-mps.json"
+  want nightly && [ -f "$OUT/nightly-mps-2.json" ] && python3 scripts/mps_check.py nightly "$OUT/nightly-off.json" "$OUT/nightly-mps-2.json"
   want scale && run scale-1 --device cuda $two --workers 1 --pieces 1 --budget "$SCALE" --confirm 0
   want scale && run scale-$W --device cuda $two --workers "$W" --pieces "$W" --budget "$SCALE" --confirm 0 --gpu-share mps
   want scale && python3 scripts/mps_check.py scale "$OUT/scale-1.json" "$OUT/scale-$W.json"
