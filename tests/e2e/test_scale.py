@@ -48,8 +48,9 @@ def test_workers_distribute_items_over_xdist(tmp_path):
 def test_each_workers_last_item_is_told_so_and_given_a_share(tmp_path):
     """3 items on 2 workers: pytest-xdist hands them out round-robin at once, one worker gets 1 and the
     other 2; the last item on each worker knows it (fuzz/xdist_last.py), so it may run to the run's end
-    (the shares themselves: tests/unit/test_budget.py)."""
-    result = cli("run", "--device", "cpu", "--seed", "1", "--budget", "12", "--confirm", "0", "--workers", "2",
+    (the shares themselves: tests/unit/test_budget.py). 24 s, twice the minimum, so a busy host's slow
+    start-up still leaves every item examples."""
+    result = cli("run", "--device", "cpu", "--seed", "1", "--budget", "24", "--confirm", "0", "--workers", "2",
                  *TWO, "--target", "async-tensor-h2d", "--corpus", str(tmp_path / "c"),
                  "--report", str(tmp_path / "r.json"), "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
