@@ -12,9 +12,9 @@ items in. An item that is the last its worker will run gets all the time left
 instead: nothing else can use that slot (fuzz/xdist_last.py), and with 44
 items on 16 workers 4 slots used to idle for the last round. The older rule
 split the time left over "waves" of items not yet started and ignored the items
-still running: on 16 workers the first wave
-got up to 1.3x its share, later ones more, and 6 of 42 items of a 150 s nightly
-got nothing (H200 host, 2026-12-01). tests/unit/test_budget.py simulates 1-64 workers.
+still running: on 16 workers the first wave got up to 1.3x its share, later
+ones more, and 6 of 42 items of a 150 s nightly got nothing (H200 host,
+2026-12-01). tests/unit/test_budget.py simulates 1-64 workers.
 """
 
 from __future__ import annotations
