@@ -42,31 +42,44 @@ def main() -> None:
     except coverage.CoverageException:
         pass
 
-    def example(toggle: bool) -> None:
-        code.between(1)  # what runs between traced calls
-        for _ in ("legacy", "optimized"):
-            if toggle:
+    def example(how: str) -> None:
+        """``plain``: no tracing; ``toggled``: a start and stop around each side's call (fuzz/reach.py before
+        the tracer was kept); ``kept``: one start and stop, the harness' context in between (as now)."""
+        code.between(1)  # what runs between examples (Hypothesis, the oracles)
+        if how == "kept":
+            cov.start()  # the context is still "cpu" from the example before (set once, below)
+        for side in ("legacy", "optimized"):
+            if how == "toggled":
                 cov.start()
             code.side_call(10)
-            if toggle:
+            if how == "toggled":
                 cov.stop()
+            if how == "kept" and side == "legacy":
+                cov.switch_context("harness")
+                code.side_call(3)  # the harness' work between the sides (a consumer's reads)
+                cov.switch_context("cpu")
+        if how == "kept":
+            cov.stop()
 
-    def timed(toggle: bool, reps: int = 1000) -> float:
+    def timed(how: str, reps: int = 1000) -> float:
         def leaf(_: int) -> float:
             start = time.perf_counter()
             for _ in range(reps):
-                example(toggle)
+                example(how)
             return (time.perf_counter() - start) / reps
         return code.frame0(1, leaf)
 
-    plain, toggled = [], []
+    cov.start()
+    cov.switch_context("cpu")  # as fuzz.reach.Measure: the device's context, switched only when it changes
+    cov.stop()
+    runs: dict[str, list[float]] = {"plain": [], "toggled": [], "kept": []}
     for _ in range(3):
-        plain.append(timed(False))
-        toggled.append(timed(True))
-    p, t = statistics.median(plain), statistics.median(toggled)
+        for how, times in runs.items():
+            times.append(timed(how))
+    p, t, k = (statistics.median(runs[how]) for how in ("plain", "toggled", "kept"))
     print(f"Python {sys.version.split()[0]}, coverage {coverage.__version__}, stack {DEPTH} frames: an example "
-          f"{1e6 * p:.1f} us untraced, {1e6 * t:.1f} us with both calls traced: "
-          f"{1e6 * (t - p) / 2:.1f} us per start+stop")
+          f"{1e6 * p:.1f} us untraced, {1e6 * t:.1f} us with each side's call traced ({1e6 * (t - p) / 2:.1f} us "
+          f"per start+stop), {1e6 * k:.1f} us with the tracer kept between the sides")
 
 
 if __name__ == "__main__":
