@@ -86,7 +86,7 @@ def pace(report: dict) -> str:
 def gains(off: dict, mps: dict) -> None:
     """Per target: every target gets the same share of the budget, so the sum of examples is weighted by the
     cheapest targets; this says which ones hold the ratio down (docs/gpu-sharing.md)."""
-    mine = {t["name"]: examples({"targets": [t]}) for t in mps["targets"]}
+    mine = {t["name"]: t["examples"] for t in mps["targets"]}
     total = max(examples(off), 1)
     print("     per target (off examples, share of off, mps examples, gain), most examples first:")
     for t in sorted(off["targets"], key=lambda t: -t["examples"]):

@@ -4,7 +4,10 @@ their untraced examples, while one CPU process lost 1-6% to tracing them. This r
 without reach (bench.run.engine, alternating), times the tracer's own start and stop (fuzz.reach.Measure.on
 and .off), and with --profile writes a cProfile of a traced and an untraced run. Run it once, and W at once
 (scripts/reach_cost_probe.sh), on cuda and cpu: which of "a traced CUDA call" and "W processes tracing"
-costs the examples."""
+costs the examples.
+
+    PYTHONPATH=. python3 scripts/reach_cost_probe.py --device cuda --target async-tensor-h2d [--profile FILE]
+"""
 
 from __future__ import annotations
 
@@ -14,13 +17,10 @@ import io
 import os
 import pstats
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.getcwd())
-
-from bench.run import engine  # noqa: E402
-from fuzz.targets import lookup  # noqa: E402
+from bench.run import engine
+from fuzz.targets import lookup
 
 
 def timed_tracer() -> dict[str, float]:
@@ -86,10 +86,11 @@ def main() -> None:
         off_us = 1e6 * statistics.median(a for a, _ in pairs)
         on_us = 1e6 * statistics.median(b for _, b in pairs)
         runs = ", ".join(f"{b / a:.3f}" for a, b in pairs)
-        share = 100 * starts * start_stop / max(extra, 1e-9)
+        # Within noise tracing can come out free or faster: then there is no added time to share out.
+        share = f"{100 * starts * start_stop / extra:5.1f}% of the added time" if extra > 0 else "no added time"
         print(f"[{args.label} pid {os.getpid()}] {target.name:28} {args.device} off {off_us:7.1f} us on {on_us:7.1f} us"
               f"  traced/untraced {ratio:5.3f} (runs {runs});  tracer starts {starts:.0f} per {args.examples}"
-              f" examples, {1e6 * start_stop:6.1f} us each start+stop = {share:5.1f}% of the added time", flush=True)
+              f" examples, {1e6 * start_stop:6.1f} us each start+stop = {share}", flush=True)
         if args.profile:
             with open(args.profile, "a") as f:
                 for on in (True, False):
