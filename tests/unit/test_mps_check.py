@@ -33,3 +33,25 @@ def test_a_run_against_itself_fails_the_modes_and_the_ratio():
     done = _nightly("2026-12-03b-nightly-mps-summary.json", "2026-12-03b-nightly-mps-summary.json")
     assert done.returncode == 1
     assert "FAIL modes" in done.stdout and "= 1.00x" in done.stdout
+
+
+def test_mps_runs_bracketing_off_are_each_checked_and_the_lowest_decides():
+    # 2026-12-03d: mps, off, mps in one call. Each mps run gets its pair's figures, then the bracket line.
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "mps_check.py"), "nightly",
+                           str(DATA / "2026-12-03d-nightly-off-summary.json"),
+                           str(DATA / "2026-12-03d-nightly-mps-summary.json"),
+                           str(DATA / "2026-12-03d-nightly-mps-2-summary.json")],
+                          capture_output=True, text=True, timeout=60)
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "FAIL nightly examples: off 175,560, mps 452,759 = 2.58x (>= 3)" in out
+    assert "FAIL nightly examples: off 175,560, mps 396,781 = 2.26x (>= 3)" in out
+    assert ("FAIL bracketed: 2 mps runs against one off run: 2.58x, 2.26x (spread 14%); the lowest, 2.26x, "
+            "decides") in out
+
+
+def test_nightly_without_an_mps_report_is_one_line_and_exit_2():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "mps_check.py"), "nightly",
+                           str(DATA / "2026-12-03d-nightly-off-summary.json")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "at least one mps report" in done.stderr
