@@ -52,8 +52,26 @@ def profile(target, device: str, examples: int, coverage: bool, top: int) -> str
     engine(target, device, examples, 7, coverage=coverage)
     profiler.disable()
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    stats = pstats.Stats(profiler, stream=out)
+    out.write(by_package(stats))
+    stats.sort_stats("tottime").print_stats(top)
     return out.getvalue()
+
+
+PACKAGES = ("hypothesis", "coverage", "torch", "numpy", "fuzz/oracles", "fuzz", "strategies", "legacy",
+            "optimized", "bench")
+
+
+def by_package(stats: pstats.Stats) -> str:
+    """Own time (tottime) summed by where the function lives: which share of an example is Hypothesis, the
+    tracer, torch, the engine. Built-ins (``~``) and the standard library count as "other"."""
+    spent: dict[str, float] = {}
+    for (path, _, _), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = next((p for p in PACKAGES if f"/{p}/" in path), "other")
+        spent[where] = spent.get(where, 0.0) + own
+    total = sum(spent.values()) or 1.0
+    rows = sorted(spent.items(), key=lambda kv: -kv[1])
+    return "own time by package: " + ", ".join(f"{k} {v / total:.0%}" for k, v in rows) + "\n"
 
 
 def main() -> None:
