@@ -1,14 +1,16 @@
 """Measuring what each side actually ran: per target × device × side, the lines and branches of the
 definitions the target claims, and every function entered (docs/reach.md).
 
-A report's "agree" is evidence only for code that ran. While a target is fuzzed, coverage.py's C tracer
-(named: its sys.monitoring core keeps no per-device contexts) traces each side's work -- building its inputs
-and its call, on the schedule ``Measure.wants`` keeps -- in the files of the two sides' modules, one context
-per device. At the end of the target the data is cut into definitions (fuzz/codediff.py's, the same that
-"same code" and the change's coverage compare): the claimed ones (``side_code``: by qualname, or by
-provenance's mapping for a claim held under another name) and every function executed. The JSON model, and
-how parts add up, is fuzz/reachdata.py (no torch, no coverage.py: reports are read anywhere);
-coverage.py is imported only when a run measures.
+A report's "agree" is evidence only for code that ran. While a target is fuzzed, each side's work --
+building its inputs and its call, on the schedule ``Measure.wants`` keeps -- is traced in the files of the
+two sides' modules, one context per device. Two collectors record the same arcs (``reach_core``): on
+Python 3.12 fuzz/reach_monitor.py's, on sys.monitoring events of those files' code objects only; elsewhere
+coverage.py's C tracer (named: coverage.py's own sys.monitoring core keeps no per-device contexts and, before
+3.14, no branches), started and stopped around each traced call. At the end of the target the data is cut
+into definitions (fuzz/codediff.py's, the same that "same code" and the change's coverage compare): the
+claimed ones (``side_code``: by qualname, or by provenance's mapping for a claim held under another name)
+and every function executed. The JSON model, and how parts add up, is fuzz/reachdata.py (no torch, no
+coverage.py: reports are read anywhere); coverage.py is imported only when a run measures.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fuzz.reach_monitor import reach_core
 from fuzz.reachdata import SIDES
 
 # --------------------------------------------------------------------------- measuring
@@ -34,6 +37,17 @@ class Measure:
         self.every_call = every_call
         self.sides = dict(sides)
         files = sorted({code.path for code in self.sides.values()})
+        self.context: str | None = None
+        self.refused: str | None = None
+        self.running = False
+        self.calls: dict[tuple[str, str], int] = {}  # (device, side) -> calls seen
+        self.measured: dict[tuple[str, str], int] = {}  # of which traced
+        self.core = reach_core()
+        if self.core == "sysmon":
+            from fuzz.reach_monitor import MonitorCollector
+
+            self.monitor = MonitorCollector(files)
+            return
         # No data file, no config file: what we measure must not depend on the user's .coveragerc, and
         # must not write .coverage files into their folder.
         self.coverage = coverage.Coverage(data_file=None, branch=True, include=files, config_file=False)
@@ -46,11 +60,6 @@ class Measure:
         # A device that ran no example of this item has no data: not a warning, the report says untested.
         self.coverage.set_option("run:disable_warnings", ["no-data-collected", "module-not-measured",
                                                              "already-imported"])
-        self.context: str | None = None
-        self.refused: str | None = None
-        self.running = False
-        self.calls: dict[tuple[str, str], int] = {}  # (device, side) -> calls seen
-        self.measured: dict[tuple[str, str], int] = {}  # of which traced
 
     def wants(self, device: str, side: str) -> bool:
         """Trace this call? The first ``MEASURE_ALL`` calls per device and side, then one in
@@ -77,6 +86,10 @@ class Measure:
         if coverage.Coverage.current() is not None:
             self.refused = "another coverage measurement is running in this process"
             return False
+        if self.core == "sysmon":
+            self.refused = self.monitor.start()
+            if self.refused is not None:
+                return False
         _ACTIVE[:] = [self]
         return True
 
@@ -84,7 +97,13 @@ class Measure:
         """Trace from here: one side's upstream call on ``device``. Only the calls are traced -- not
         Hypothesis, building inputs, comparing or the oracles: tracing the whole target cost +57..103% per
         example on the 2-core host, tracing each example +16..57%; a start and stop costs ~11 us
-        (bench part v, docs/benchmarks.md)."""
+        (bench part v, docs/benchmarks.md). With the ``sysmon`` core the events stay on for the whole
+        target and this only starts recording under ``device``."""
+        if self.core == "sysmon":
+            if self.refused is None and not self.running:
+                self.monitor.switch(device)
+                self.running, self.context = True, device
+            return
         if self.refused is None and not self.running:
             self.coverage.start()
             self.running = True
@@ -94,12 +113,17 @@ class Measure:
 
     def off(self) -> None:
         if self.running:
-            self.coverage.stop()
+            if self.core == "sysmon":
+                self.monitor.switch(None)
+            else:
+                self.coverage.stop()
             self.running = False
 
     def stop(self) -> None:
         """The target is done: nothing more is traced in this process for it."""
         self.off()
+        if self.core == "sysmon":
+            self.monitor.stop()  # its data stays for ``result``
         if _ACTIVE and _ACTIVE[0] is self:
             _ACTIVE.clear()
 
@@ -107,6 +131,13 @@ class Measure:
         """device -> side -> record (the JSON the report keeps)."""
         if self.refused is not None:
             return {}
+        if self.core == "sysmon":
+            return {device: {side: {**code.record(self.monitor.lines(self.monitor.arcs(device, code.path)),
+                                                  self.monitor.arcs(device, code.path)),
+                                    "calls": self.calls.get((device, side), 0),
+                                    "measured": self.measured.get((device, side), 0)}
+                             for side, code in self.sides.items()}
+                    for device in devices}
         import re
 
         data = self.coverage.get_data()

@@ -4,7 +4,9 @@ their untraced examples, while one CPU process lost 1-6% to tracing them. This r
 without reach (bench.run.engine, alternating), times the tracer's own start and stop (fuzz.reach.Measure.on
 and .off), and with --profile writes a cProfile of a traced and an untraced run. Run it once, and W at once
 (scripts/reach_cost_probe.sh), on cuda and cpu: which of "a traced CUDA call" and "W processes tracing"
-costs the examples.
+costs the examples. Traced runs come once per reach collector the Python has (``modes``): coverage.py's C
+tracer (``ctrace``) and, on 3.12+, the sys.monitoring collector (``sysmon``, fuzz/reach_monitor.py); the
+order rotates, so no mode always runs first. With --profile, own time is also summed by package.
 
     PYTHONPATH=. python3 scripts/reach_cost_probe.py --device cuda --target async-tensor-h2d [--profile FILE]
 """
@@ -17,9 +19,11 @@ import io
 import os
 import pstats
 import statistics
+import sys
 import time
 
 from bench.run import engine
+from fuzz.reach_monitor import REACH_CORE_ENV
 from fuzz.targets import lookup
 
 
@@ -74,6 +78,17 @@ def by_package(stats: pstats.Stats) -> str:
     return "own time by package: " + ", ".join(f"{k} {v / total:.0%}" for k, v in rows) + "\n"
 
 
+def modes() -> tuple[str, ...]:
+    """untraced, then each reach collector this Python has (fuzz/reach_monitor.py ``reach_core``)."""
+    return ("untraced", "ctrace") + (("sysmon",) if sys.version_info >= (3, 12) else ())
+
+
+def run_mode(target, device: str, examples: int, seed: int, mode: str) -> float:  # noqa: ANN001
+    if mode != "untraced":
+        os.environ[REACH_CORE_ENV] = mode
+    return engine(target, device, examples, seed, coverage=mode != "untraced")[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda")
@@ -84,36 +99,36 @@ def main() -> None:
     parser.add_argument("--profile", help="write cProfile tables of a traced and an untraced run here")
     args = parser.parse_args()
     spent = timed_tracer()
+    kinds = modes()
     for target in lookup(args.target):
-        engine(target, args.device, 5, 99)
-        engine(target, args.device, 5, 99, coverage=True)
-        pairs, tracer = [], []
+        for mode in kinds:
+            run_mode(target, args.device, 5, 99, mode)  # warm-up: lazy imports, the definitions cut once
+        seconds: dict[str, list[float]] = {mode: [] for mode in kinds}
+        tracer: list[dict[str, float]] = []
         for repeat in range(args.repeats):
-            order = (False, True) if repeat % 2 == 0 else (True, False)
-            seconds = {}
-            for on in order:
+            order = kinds[repeat % len(kinds):] + kinds[:repeat % len(kinds)]  # no mode always first
+            for mode in order:
                 before = dict(spent)
-                seconds[on] = engine(target, args.device, args.examples, 1 + repeat, coverage=on)[0]
-                if on:
+                seconds[mode].append(run_mode(target, args.device, args.examples, 1 + repeat, mode))
+                if mode == "ctrace":
                     tracer.append({k: spent[k] - before[k] for k in spent})
-            pairs.append((seconds[False], seconds[True]))
-        ratio = statistics.median(b / a for a, b in pairs)
+        base = seconds["untraced"]
         starts = statistics.median(t["starts"] for t in tracer)
         start_stop = statistics.median((t["on_s"] + t["off_s"]) / max(t["starts"], 1) for t in tracer)
-        extra = statistics.median(b - a for a, b in pairs) * args.examples
-        off_us = 1e6 * statistics.median(a for a, _ in pairs)
-        on_us = 1e6 * statistics.median(b for _, b in pairs)
-        runs = ", ".join(f"{b / a:.3f}" for a, b in pairs)
-        # Within noise tracing can come out free or faster: then there is no added time to share out.
-        share = f"{100 * starts * start_stop / extra:5.1f}% of the added time" if extra > 0 else "no added time"
-        print(f"[{args.label} pid {os.getpid()}] {target.name:28} {args.device} off {off_us:7.1f} us on {on_us:7.1f} us"
-              f"  traced/untraced {ratio:5.3f} (runs {runs});  tracer starts {starts:.0f} per {args.examples}"
-              f" examples, {1e6 * start_stop:6.1f} us each start+stop = {share}", flush=True)
+        line = (f"[{args.label} pid {os.getpid()}] {target.name:28} {args.device}"
+                f" untraced {1e6 * statistics.median(base):7.1f} us")
+        for mode in kinds[1:]:
+            ratio = statistics.median(b / a for a, b in zip(base, seconds[mode]))
+            runs = ", ".join(f"{b / a:.3f}" for a, b in zip(base, seconds[mode]))
+            line += f" | {mode} {1e6 * statistics.median(seconds[mode]):7.1f} us x{ratio:5.3f} (runs {runs})"
+        line += f" | ctrace: {starts:.0f} tracer starts, {1e6 * start_stop:5.1f} us per start+stop"
+        print(line, flush=True)
         if args.profile:
             with open(args.profile, "a") as f:
-                for on in (True, False):
-                    f.write(f"==== {target.name} {args.device} coverage={on}\n")
-                    f.write(profile(target, args.device, args.examples, on, 30))
+                for mode in kinds[::-1]:
+                    os.environ[REACH_CORE_ENV] = "ctrace" if mode == "untraced" else mode
+                    f.write(f"==== {target.name} {args.device} {mode}\n")
+                    f.write(profile(target, args.device, args.examples, mode != "untraced", 30))
 
 
 if __name__ == "__main__":
