@@ -331,6 +331,12 @@ def run_info(config: RunConfig, entries: Sequence[TargetEntry] = (), machine: di
     changes = change_coverage(config, entries, all_targets(config.target_modules))
     if changes is not None:
         info["changes"] = changes
+    if config.coverage:
+        from fuzz.reach_monitor import reach_core
+
+        # Which collector measured reach (the same arcs either way, docs/reach.md): the workers inherit
+        # this process's environment, so its choice is theirs.
+        info["reach_collector"] = reach_core()
     if machine:
         info["machine"] = machine
     return info

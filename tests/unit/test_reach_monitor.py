@@ -302,3 +302,12 @@ def test_every_target_has_the_same_reach_under_both_collectors(monkeypatch):
         if records["ctrace"] != records["sysmon"]:
             differ.append(target.name)
     assert differ == []
+
+
+def test_the_report_says_which_collector_measured_reach(monkeypatch):
+    from fuzz.config import RunConfig
+    from fuzz.session import run_info
+
+    monkeypatch.setenv(REACH_CORE_ENV, "ctrace")
+    assert run_info(RunConfig(devices=("cpu",), coverage=True))["reach_collector"] == "ctrace"
+    assert "reach_collector" not in run_info(RunConfig(devices=("cpu",), coverage=False))
