@@ -97,7 +97,13 @@ def main() -> None:
     parser.add_argument("--target", action="append", required=True)
     parser.add_argument("--label", default="1")
     parser.add_argument("--profile", help="write cProfile tables of a traced and an untraced run here")
+    parser.add_argument("--measure-every", type=int, help="trace one call in N after the first 32 (fuzz.reach."
+                        "MEASURE_EVERY, 8 in a run; 1 traces every call)")
     args = parser.parse_args()
+    if args.measure_every:
+        import fuzz.reach as reach
+
+        reach.MEASURE_EVERY = args.measure_every
     spent = timed_tracer()
     kinds = modes()
     for target in lookup(args.target):
