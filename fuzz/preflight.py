@@ -20,6 +20,7 @@ from pathlib import Path
 
 from fuzz.errors import UsageError
 from fuzz.model import REPORT_FORMAT
+from fuzz.reach_monitor import reach_core
 
 
 def _reason(exc: OSError) -> str:
@@ -296,8 +297,6 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
     cache = env.get("SYNCFUZZ_WHEEL_CACHE")
     if cache and Path(cache).expanduser().exists() and not Path(cache).expanduser().is_dir():
         raise UsageError(f"SYNCFUZZ_WHEEL_CACHE={cache!r} is a file; set it to a folder (created if missing)")
-    from fuzz.reach_monitor import reach_core
-
     reach_core(env)  # SYNCFUZZ_REACH_CORE: ctrace or sysmon, and sysmon only where sys.monitoring exists
     for name in ("SYNCFUZZ_LEGACY_SOURCE", "SYNCFUZZ_OPTIMIZED_SOURCE"):
         source = env.get(name)

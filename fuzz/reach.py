@@ -18,48 +18,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fuzz.reach_monitor import reach_core
+from fuzz.reach_monitor import MonitorCollector, arc_lines, reach_core
 from fuzz.reachdata import SIDES
 
 # --------------------------------------------------------------------------- measuring
 
 class Measure:
-    """coverage.py over the two sides' module files while one target is fuzzed; one context per device.
+    """What the two sides' module files ran while one target is fuzzed; one context per device.
 
     ``claims`` per side: {copy qualname: upstream ref} of the definitions the target claims (from
     provenance's mapping, fuzz/releases/matching.py, so a copy unit that stands for an upstream
     definition of another name counts for it); ``upstream`` per side: (the source's lines of each claimed
-    definition, for the line map) -- see ``side_code``."""
+    definition, for the line map) -- see ``side_code``. The arcs come from the collector ``reach_core``
+    picks: fuzz/reach_monitor.py's on sys.monitoring, or coverage.py's C tracer (``CoverageCollector``);
+    both have ``start``, ``switch``, ``stop`` and ``arcs``."""
 
     def __init__(self, sides: Mapping[str, SideCode], every_call: bool = False) -> None:
-        import coverage
-
         self.every_call = every_call
         self.sides = dict(sides)
         files = sorted({code.path for code in self.sides.values()})
-        self.context: str | None = None
+        self.core = reach_core()
+        self.collector = MonitorCollector(files) if self.core == "sysmon" else CoverageCollector(files)
         self.refused: str | None = None
         self.running = False
         self.calls: dict[tuple[str, str], int] = {}  # (device, side) -> calls seen
         self.measured: dict[tuple[str, str], int] = {}  # of which traced
-        self.core = reach_core()
-        if self.core == "sysmon":
-            from fuzz.reach_monitor import MonitorCollector
-
-            self.monitor = MonitorCollector(files)
-            return
-        # No data file, no config file: what we measure must not depend on the user's .coveragerc, and
-        # must not write .coverage files into their folder.
-        self.coverage = coverage.Coverage(data_file=None, branch=True, include=files, config_file=False)
-        # The C tracer, also where coverage.py would pick sys.monitoring (3.14+): that core keeps no dynamic
-        # contexts ("context data may be incomplete"), and the contexts are the devices.
-        try:
-            self.coverage.set_option("run:core", "ctrace")
-        except coverage.CoverageException:  # before 7.9 there is no such setting, and ctrace is the default
-            pass
-        # A device that ran no example of this item has no data: not a warning, the report says untested.
-        self.coverage.set_option("run:disable_warnings", ["no-data-collected", "module-not-measured",
-                                                             "already-imported"])
 
     def wants(self, device: str, side: str) -> bool:
         """Trace this call? The first ``MEASURE_ALL`` calls per device and side, then one in
@@ -80,50 +63,36 @@ class Measure:
 
     def start(self) -> bool:
         """Make this the process's active measure (``measuring`` then traces each side's call), unless
-        the process is measured already (pytest-cov, say): a second tracer would steal its data."""
+        the process is measured already (pytest-cov, say: a second tracer would steal its data) or the
+        collector cannot start (``refused`` says why)."""
         import coverage
 
         if coverage.Coverage.current() is not None:
             self.refused = "another coverage measurement is running in this process"
             return False
-        if self.core == "sysmon":
-            self.refused = self.monitor.start()
-            if self.refused is not None:
-                return False
+        self.refused = self.collector.start()
+        if self.refused is not None:
+            return False
         _ACTIVE[:] = [self]
         return True
 
     def on(self, device: str) -> None:
         """Trace from here: one side's upstream call on ``device``. Only the calls are traced -- not
         Hypothesis, building inputs, comparing or the oracles: tracing the whole target cost +57..103% per
-        example on the 2-core host, tracing each example +16..57%; a start and stop costs ~11 us
-        (bench part v, docs/benchmarks.md). With the ``sysmon`` core the events stay on for the whole
-        target and this only starts recording under ``device``."""
-        if self.core == "sysmon":
-            if self.refused is None and not self.running:
-                self.monitor.switch(device)
-                self.running, self.context = True, device
-            return
+        example on the 2-core host, tracing each example +16..57% (bench part v, docs/benchmarks.md)."""
         if self.refused is None and not self.running:
-            self.coverage.start()
+            self.collector.switch(device)
             self.running = True
-            if device != self.context:
-                self.coverage.switch_context(device)
-                self.context = device
 
     def off(self) -> None:
         if self.running:
-            if self.core == "sysmon":
-                self.monitor.switch(None)
-            else:
-                self.coverage.stop()
+            self.collector.switch(None)
             self.running = False
 
     def stop(self) -> None:
-        """The target is done: nothing more is traced in this process for it."""
+        """The target is done: nothing more is traced in this process for it (the data stays)."""
         self.off()
-        if self.core == "sysmon":
-            self.monitor.stop()  # its data stays for ``result``
+        self.collector.stop()
         if _ACTIVE and _ACTIVE[0] is self:
             _ACTIVE.clear()
 
@@ -131,25 +100,67 @@ class Measure:
         """device -> side -> record (the JSON the report keeps)."""
         if self.refused is not None:
             return {}
-        if self.core == "sysmon":
-            return {device: {side: {**code.record(self.monitor.lines(self.monitor.arcs(device, code.path)),
-                                                  self.monitor.arcs(device, code.path)),
-                                    "calls": self.calls.get((device, side), 0),
-                                    "measured": self.measured.get((device, side), 0)}
-                             for side, code in self.sides.items()}
-                    for device in devices}
+        out: dict[str, dict[str, Any]] = {}
+        for device in devices:
+            out[device] = {}
+            for side, code in self.sides.items():
+                arcs = self.collector.arcs(device, code.path)
+                out[device][side] = {**code.record(arc_lines(arcs), arcs),
+                                     "calls": self.calls.get((device, side), 0),
+                                     "measured": self.measured.get((device, side), 0)}
+        return out
+
+
+class CoverageCollector:
+    """coverage.py's C tracer over ``files``, started and stopped around each traced call, the device as
+    its dynamic context (where sys.monitoring is not used: fuzz/reach_monitor.py ``reach_core``)."""
+
+    def __init__(self, files: list[str]) -> None:
+        import coverage
+
+        # No data file, no config file: what we measure must not depend on the user's .coveragerc, and
+        # must not write .coverage files into their folder.
+        self.coverage = coverage.Coverage(data_file=None, branch=True, include=files, config_file=False)
+        # The C tracer, also where coverage.py would pick sys.monitoring (3.14+): that core keeps no dynamic
+        # contexts ("context data may be incomplete"), and the contexts are the devices.
+        try:
+            self.coverage.set_option("run:core", "ctrace")
+        except coverage.CoverageException:  # before 7.9 there is no such setting, and ctrace is the default
+            pass
+        # A device that ran no example of this item has no data: not a warning, the report says untested.
+        self.coverage.set_option("run:disable_warnings", ["no-data-collected", "module-not-measured",
+                                                             "already-imported"])
+        self.context: str | None = None  # coverage.py keeps it across a stop and a start
+        self.running = False
+
+    def start(self) -> str | None:
+        return None  # the tracer starts at the first traced call
+
+    def switch(self, context: str | None) -> None:
+        if context is None:
+            if self.running:
+                self.coverage.stop()
+                self.running = False
+            return
+        if not self.running:
+            self.coverage.start()
+            self.running = True
+        if context != self.context:
+            self.coverage.switch_context(context)
+            self.context = context
+
+    def stop(self) -> None:
+        self.switch(None)
+
+    def arcs(self, context: str, path: str) -> set[tuple[int, int]]:
         import re
 
         data = self.coverage.get_data()
-        out: dict[str, dict[str, Any]] = {}
-        for device in devices:
-            data.set_query_contexts([f"^{re.escape(device)}$"])
-            out[device] = {side: {**code.record(data.lines(code.path) or [], data.arcs(code.path) or []),
-                                  "calls": self.calls.get((device, side), 0),
-                                  "measured": self.measured.get((device, side), 0)}
-                           for side, code in self.sides.items()}
-        data.set_query_contexts(None)
-        return out
+        data.set_query_contexts([f"^{re.escape(context)}$"])
+        try:
+            return set(data.arcs(path) or [])
+        finally:
+            data.set_query_contexts(None)
 
 
 def _reporting_settings() -> Any:

@@ -67,6 +67,12 @@ def _real_exit(code: CodeType, lasti: int) -> bool:
     return lasti >= len(raw) or raw[lasti] != RESUME
 
 
+def arc_lines(arcs: Iterable[tuple[int, int]]) -> set[int]:
+    """The lines of a file's arcs, as coverage.py's data derives them with branches on (both ends, positive
+    only): what either collector's arcs say ran."""
+    return {line for arc in arcs for line in arc if line > 0}
+
+
 TOOL_IDS = (3, 4, 2, 5)  # sys.monitoring ids tried in turn: 3 and 4 have no assigned use; 1 is coverage.py's
 TOOL_NAME = "syncfuzz-reach"
 
@@ -117,7 +123,6 @@ class MonitorCollector:
         register(self._tool, events.PY_THROW, self._on_resume)
         register(self._tool, events.PY_RETURN, self._on_return)
         register(self._tool, events.PY_UNWIND, self._on_unwind)
-        register(self._tool, events.PY_YIELD, self._on_yield)
         register(self._tool, events.LINE, self._on_line)
         register(self._tool, events.JUMP, self._on_jump)
         # PY_START everywhere finds the measured files' code objects as they first run (every other code
@@ -144,8 +149,8 @@ class MonitorCollector:
         for code in self._instrumented.values():
             monitoring.set_local_events(self._tool, code, 0)
         for event in (monitoring.events.PY_START, monitoring.events.PY_RESUME, monitoring.events.PY_THROW,
-                      monitoring.events.PY_RETURN, monitoring.events.PY_UNWIND, monitoring.events.PY_YIELD,
-                      monitoring.events.LINE, monitoring.events.JUMP):
+                      monitoring.events.PY_RETURN, monitoring.events.PY_UNWIND, monitoring.events.LINE,
+                      monitoring.events.JUMP):
             monitoring.register_callback(self._tool, event, None)
         monitoring.free_tool_id(self._tool)
         self._tool = None
@@ -154,11 +159,6 @@ class MonitorCollector:
 
     def arcs(self, context: str, path: str) -> set[tuple[int, int]]:
         return self.data.get(context, {}).get(path, set())
-
-    @staticmethod
-    def lines(arcs: Iterable[tuple[int, int]]) -> set[int]:
-        """The lines of a file's arcs, as coverage.py's data derives them (both ends, positive only)."""
-        return {line for arc in arcs for line in arc if line > 0}
 
     # ------------------------------------------------------------------ events
 
@@ -185,8 +185,9 @@ class MonitorCollector:
             return sys.monitoring.DISABLE
         if id(code) not in self._instrumented:
             events = sys.monitoring.events
+            # No PY_YIELD: a yield records no exit, and the frame's state waits for its resume.
             sys.monitoring.set_local_events(self._tool, code, events.LINE | events.JUMP | events.PY_RETURN
-                                            | events.PY_YIELD | events.PY_RESUME)
+                                            | events.PY_RESUME)
             self._instrumented[id(code)] = code
         if self._arcs is not None:
             self._frames[id(sys._getframe(1))] = [-code.co_firstlineno, -1]
@@ -203,18 +204,14 @@ class MonitorCollector:
         else:
             state[0] = line
 
-    def _on_yield(self, code: CodeType, offset: int, value: object) -> None:
-        return None  # no exit arc; the frame's state waits for its resume
-
     def _on_return(self, code: CodeType, offset: int, value: object) -> None:
-        self._exit(code)
+        self._exit(code, sys._getframe(1))
 
     def _on_unwind(self, code: CodeType, offset: int, exc: BaseException) -> None:
-        if self._measured(code) is not None:
-            self._exit(code)
+        if self._measured(code) is not None:  # a global event: every frame the exception leaves
+            self._exit(code, sys._getframe(1))
 
-    def _exit(self, code: CodeType) -> None:
-        frame = sys._getframe(2)
+    def _exit(self, code: CodeType, frame: FrameType) -> None:
         state = self._frames.pop(id(frame), None)
         if state is not None and self._arcs is not None and _real_exit(code, frame.f_lasti):
             self._record(code, (state[0], -code.co_firstlineno))

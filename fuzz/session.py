@@ -26,6 +26,7 @@ from fuzz.errors import UsageError
 from fuzz.limits import check_budget, check_workers, fuzz_seconds
 from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Interrupted, Report, TargetEntry
 from fuzz.preflight import check_corpus, check_output, check_overwrite
+from fuzz.reach_monitor import reach_core
 from fuzz.report import closing_line
 
 Say = Callable[[str], None]
@@ -332,8 +333,6 @@ def run_info(config: RunConfig, entries: Sequence[TargetEntry] = (), machine: di
     if changes is not None:
         info["changes"] = changes
     if config.coverage:
-        from fuzz.reach_monitor import reach_core
-
         # Which collector measured reach (the same arcs either way, docs/reach.md): the workers inherit
         # this process's environment, so its choice is theirs.
         info["reach_collector"] = reach_core()

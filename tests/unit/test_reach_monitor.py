@@ -274,15 +274,22 @@ def test_nothing_is_recorded_while_switched_off_and_stop_gives_the_tool_back(tmp
 
 
 @needs_monitoring
-def test_no_free_tool_id_is_a_reason_and_reach_is_refused(tmp_path, monkeypatch):
+def test_no_free_tool_id_is_a_reason_and_the_run_goes_on_unmeasured(tmp_path):
+    from fuzz.config import RunConfig
+    from fuzz.runner import fuzz_target
+    from fuzz.targets import lookup
+
     taken = [tool for tool in TOOL_IDS if sys.monitoring.get_tool(tool) is None]
     for tool in taken:
         sys.monitoring.use_tool_id(tool, "someone-else")
     try:
         assert "no free sys.monitoring tool id" in (MonitorCollector([str(tmp_path / "x.py")]).start() or "")
+        target = lookup(["fla-chunk-offsets"])[0]
+        outcome = fuzz_target(target, RunConfig(devices=("cpu",), seed=0, max_examples=5, coverage=True))
     finally:
         for tool in taken:
             sys.monitoring.free_tool_id(tool)
+    assert outcome.measure is None and outcome.examples == 5 and outcome.entry().reach == {}
 
 
 @needs_monitoring
