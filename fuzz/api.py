@@ -47,10 +47,15 @@ class Impl:
 
 
 class InputModel(Protocol):
-    """Draws JSON-able input specs and turns one into a ready-to-run call."""
+    """Draws JSON-able input specs and turns one into a ready-to-run call.
+
+    The engine runs each drawn spec on every device of the run, with ``"device"`` replaced: one Hypothesis
+    draw serves them all. A model whose draws depend on the device (a form only CUDA has, an input kept off
+    CUDA) also defines ``runs_on(spec, device) -> bool``, false where the spec must not run on ``device``;
+    without it every spec runs on every device (fuzz.devices.on_devices)."""
 
     def specs(self, devices: Sequence[str], contract: str) -> SearchStrategy[dict]:
-        """Specs: plain JSON data including ``"device"``; never tensors."""
+        """Specs: plain JSON data including ``"device"``, one of ``devices``; never tensors."""
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         """Fresh inputs for one side (``side`` in ``SIDES``; ``impl.module``

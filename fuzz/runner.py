@@ -30,7 +30,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 
 from fuzz.config import NO_HOOKS, Hooks, RunConfig
-from fuzz.devices import devices_for
+from fuzz.devices import devices_for, on_devices
 from fuzz.errors import HarnessError
 from fuzz.execute import CudaContextLost, ExampleResult, fatal_cuda_error, run_example
 from fuzz.model import DeviceTally, Failure, TargetEntry
@@ -46,15 +46,15 @@ from fuzz.verdicts import Mismatch, Verdict, worst
 BUDGET_CHUNK = 100  # examples per Hypothesis call under --budget
 SPECS_PER_CASE = 8
 """At most this many specs per Hypothesis test case (a list of 1..8, 4.5 on average).
-Each spec is still one counted, judged, replayable example; a failure raises for its
-own spec, so the shrinker deletes the others and shrinks that one. Measured
+Each spec is one counted, judged, replayable example per device it runs on (fuzz.devices.on_devices);
+a failure raises for its own spec, so the shrinker deletes the others and shrinks that one. Measured
 (bench part s, CPU, 22 targets): Hypothesis' own cost per spec is 0.23-0.66x of
 one spec per case (median ~0.5) -- it was 33-76% of an example's time."""
 MIN_SPECS_PER_CASE = 1
 """Not more: with 8 (cases of 8..24 specs, 13 on average) Hypothesis' first case is eight
 copies of the simplest spec and shrinking runs every padding spec, so on ten planted
 bugs (CPU, seed 0) the first failure came 2-17x later and the runs took 4.8x longer."""
-MEAN_SPECS_PER_CASE = 4  # what a chunk of N examples asks Hypothesis for: N / 4 cases (rounded up)
+MEAN_SPECS_PER_CASE = 4  # a chunk of N examples on D devices asks Hypothesis for N / (4 D) cases (rounded up)
 PROGRESS_EVERY = 1.0  # seconds between progress updates of a running target
 
 
@@ -360,8 +360,12 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
     outcome.deadline = deadline
     for device in outcome.devices:
         outcome.tallies[device] = TallyCounter()
-    strategy = st.lists(target.input_model().specs(outcome.devices, config.contract),
+    model = target.input_model()
+    strategy = st.lists(model.specs(outcome.devices, config.contract),
                         min_size=MIN_SPECS_PER_CASE, max_size=SPECS_PER_CASE)
+    # One draw, every device (fuzz.devices.on_devices): each drawn spec runs on every device of the run the
+    # model allows, so a case holds about MEAN_SPECS_PER_CASE examples per device.
+    per_case = MEAN_SPECS_PER_CASE * len(outcome.devices)
     last_failure: list[ExampleResult] = []
     cases = [0]  # Hypothesis test cases run in the current chunk
     # Failures already found and shrunk in this run: counted, not raised, so
@@ -371,8 +375,9 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
 
     def check_all(specs: list[dict]) -> None:
         cases[0] += 1
-        for spec in specs:
-            check(spec)
+        for drawn in specs:
+            for spec in on_devices(model, drawn, outcome.devices):
+                check(spec)
 
     def check(spec: dict) -> None:
         if deadline is not None and not last_failure and time.monotonic() >= deadline:
@@ -412,9 +417,9 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
     chunk = first_chunk
     while True:
         if config.budget is None:
-            size = -(-max((config.max_examples or 1) - outcome.examples, 1) // MEAN_SPECS_PER_CASE)
+            size = -(-max((config.max_examples or 1) - outcome.examples, 1) // per_case)
         else:
-            size = -(-BUDGET_CHUNK // MEAN_SPECS_PER_CASE)
+            size = -(-BUDGET_CHUNK // per_case)
         cases[0] = 0
         test = given(strategy)(check_all)
         test = hypothesis_seed(_chunk_seed(config.seed, target, chunk) if chunk else config.seed)(test)

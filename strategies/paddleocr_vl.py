@@ -238,6 +238,10 @@ class PaddleOCREncoderInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _encoder_specs(available, contract, self.known_findings)
 
+    def runs_on(self, spec: dict, device: str) -> bool:
+        """Ids past the grid are drawn for cpu only (``_position_ids``): not run on CUDA either."""
+        return not (device.startswith("cuda") and spec["ids"] == "past_grid")
+
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         if impl.owner is None:
             raise HarnessError(f"{impl.path} must be SiglipEncoder.forward")

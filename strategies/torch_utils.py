@@ -254,6 +254,10 @@ class AsyncH2DInputs:
             "dtype": _CALLER_DTYPE_CHOICES,
         })
 
+    def runs_on(self, spec: dict, device: str) -> bool:
+        """A pinned or device-tensor source needs CUDA (``_wide_specs`` draws it for cuda only)."""
+        return device.startswith("cuda") or spec["form"] not in CUDA_ONLY_FORMS
+
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         device, function = spec["device"], impl.function
         if "shape" not in spec:

@@ -360,7 +360,8 @@ class {cls}:
     ``"wide"``."""
 
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
-        # JSON data only, and a "device" key: strategies.common.devices(available).
+        # JSON data only, and a "device" key: strategies.common.devices(available). Each spec runs on every
+        # device of the run; if a draw depends on the device, also define runs_on(spec, device) -> bool.
         raise NotImplementedError("write the input model: docs/adding-a-target.md, step 2")
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:

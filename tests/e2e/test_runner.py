@@ -102,3 +102,84 @@ def test_an_exhausted_input_space_ends_the_target():
                                  no_invariants="test", reference=None)
     outcome = fuzz(target, max_examples=500)
     assert 1 <= outcome.examples < 500 and not outcome.failures  # stopped, did not loop on fresh seeds
+
+
+# -- one draw, every device (fuzz.devices.on_devices) --
+# CI has no GPU, so two names of the CPU stand for two devices: the engine keys tallies, specs and repros
+# by the name, and torch builds "cpu:0" tensors on the CPU. The targets' invariants are off: an output
+# on "cpu" is not on the spec's "cpu:0" to them (tests/gpu runs the real pair, cpu and cuda).
+TWO = ("cpu", "cpu:0")
+
+
+def _on_two(base_name: str, **changes: object) -> object:
+    (base,) = lookup([base_name])
+    return dataclasses.replace(base, devices=TWO, invariants=(), no_invariants="test", reference=None,
+                               **changes)
+
+
+def _recording(monkeypatch) -> list[dict]:  # noqa: ANN001
+    import fuzz.runner as runner
+
+    seen: list[dict] = []
+    run = runner.run_example
+
+    def recorded(target, spec, **kwargs):  # noqa: ANN001, ANN202
+        seen.append(spec)
+        return run(target, spec, **kwargs)
+
+    monkeypatch.setattr(runner, "run_example", recorded)
+    return seen
+
+
+def test_each_drawn_spec_runs_on_every_device_of_the_run(monkeypatch):
+    seen = _recording(monkeypatch)
+    outcome = fuzz(_on_two("fla-chunk-offsets"), max_examples=120, devices=TWO)
+    assert outcome.tallies["cpu"].examples == outcome.tallies["cpu:0"].examples == 60
+    # In pairs, in the run's order: the same drawn input, only its device replaced.
+    assert [s["device"] for s in seen] == ["cpu", "cpu:0"] * 60
+    assert all({**a, "device": "cpu:0"} == b for a, b in zip(seen[::2], seen[1::2]))
+
+
+def test_the_count_is_exact_on_two_devices():
+    for wanted in (1, 37):
+        outcome = fuzz(_on_two("fla-chunk-offsets"), max_examples=wanted, devices=TWO)
+        assert outcome.examples == wanted
+        assert (outcome.tallies["cpu"].examples, outcome.tallies["cpu:0"].examples) == (-(-wanted // 2), wanted // 2)
+
+
+def test_the_same_seed_runs_the_same_examples_on_two_devices(monkeypatch):
+    seen = _recording(monkeypatch)
+    fuzz(_on_two("glm4v-embeddings"), max_examples=60, devices=TWO, seed=3)
+    first = list(seen)
+    seen.clear()
+    fuzz(_on_two("glm4v-embeddings"), max_examples=60, devices=TWO, seed=3)
+    assert seen == first and len(first) == 60
+
+
+class OffsetsSkewedOnTheSecondDevice:
+    """fla-chunk-offsets' inputs, except that the optimized side gets a doubled chunk size on "cpu:0": a bug
+    only the second device shows."""
+
+    def specs(self, available, contract):  # noqa: ANN001, ANN201
+        from strategies.fla_index import ChunkIndexInputs
+
+        return ChunkIndexInputs().specs(available, contract)
+
+    def materialize(self, spec, impl, side):  # noqa: ANN001, ANN201
+        from strategies.fla_index import ChunkIndexInputs
+
+        if side == "optimized" and spec["device"] == "cpu:0":
+            spec = {**spec, "chunk_size": spec["chunk_size"] * 2}
+        return ChunkIndexInputs().materialize(spec, impl, side)
+
+
+def test_a_bug_on_one_device_is_found_there_and_its_repro_names_that_device(tmp_path):
+    target = _on_two("fla-chunk-offsets", name="skewed",
+                     inputs="tests.e2e.test_runner:OffsetsSkewedOnTheSecondDevice")
+    outcome = fuzz(target, max_examples=300, devices=TWO, corpus=tmp_path)
+    (failure,) = outcome.failures
+    assert failure.verdict.value == "divergence" and failure.spec["device"] == "cpu:0"
+    assert outcome.tallies["cpu"].verdicts["agree"] == outcome.tallies["cpu"].examples  # the first device agrees
+    (saved,) = (tmp_path / "failures").glob("*.json")
+    payload = json.loads(saved.read_text())
+    assert payload["device"] == payload["input"]["device"] == "cpu:0"

@@ -70,6 +70,36 @@ def test_every_target_agrees_on_cuda_under_the_caller_contract(name):
     assert outcome.examples >= 100 and not new, new
 
 
+@pytest.mark.parametrize("contract", ["caller", "wide"])
+@pytest.mark.parametrize("name", sorted(t.name for t in TARGETS))
+def test_one_draw_runs_on_cpu_and_cuda(name, contract, monkeypatch):
+    """fuzz.devices.on_devices on the real pair: a spec drawn once runs on cpu and on cuda, except where its
+    model refuses the device (runs_on: a CUDA-only form not on cpu, ids past the grid not on cuda, where
+    they would end the process). No fuzzer error, no crash; under the caller contract no new failure."""
+    import fuzz.runner as runner
+
+    refused: list[dict] = []
+    run = runner.run_example
+
+    def checked(target, spec, **kwargs):  # noqa: ANN001, ANN202
+        allows = getattr(target.input_model(), "runs_on", None)
+        if allows is not None and not allows(spec, spec["device"]):
+            refused.append(spec)
+        return run(target, spec, **kwargs)
+
+    monkeypatch.setattr(runner, "run_example", checked)
+    outcome = fuzz(BY_NAME[name], devices=("cpu", "cuda"), max_examples=40, contract=contract)
+    entry = outcome.entry()
+    assert not entry.fuzzer_error, entry.fuzzer_error
+    assert outcome.tallies["cpu"].examples and outcome.tallies["cuda"].examples
+    assert not [f for f in entry.failures if f.verdict == Verdict.CRASH.value], entry.failures
+    # A refused device runs only specs drawn for it: never one the model refuses there.
+    assert not refused, refused[:3]
+    if contract == "caller":
+        (marked,) = mark_known([entry], load_known_issues(ROOT / "known-issues.json"), "caller")
+        assert not [f for f in marked.failures if not f.known]
+
+
 @requires_cuda
 def test_ultravox_on_sdpa_costs_its_consumer_a_sync_per_layer_call():
     """F17, measured: 0.28.0 hands the whisper layers a device cu_seqlens, which
