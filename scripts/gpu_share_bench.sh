@@ -29,9 +29,9 @@ print("smoke sharing:", share)
 sys.exit(share["mode"] != "mps")
 PY
   }
-  # NIGHTLY_ORDER: the runs in order (default "off mps"). The second run of a call ran 16-18% more examples
-  # than the first whichever tree it was (docs/gpu-runs/2026-12-03c-h200.md), so "mps off mps" brackets
-  # `off`; a mode's later runs are saved as nightly-<mode>-2, -3 (the check reads the first of each).
+  # NIGHTLY_ORDER: the runs in order (default "off mps"). Two `mps` runs in one call have differed by up to
+  # 18% either way (docs/gpu-sharing.md), so "mps off mps" checks `off` against both; a mode's later runs are
+  # saved as nightly-<mode>-2, -3.
   declare -A seen=()
   want nightly && for mode in ${NIGHTLY_ORDER:-off mps}; do
     seen[$mode]=$(( ${seen[$mode]:-0} + 1 )); name="nightly-$mode"; [ "${seen[$mode]}" -gt 1 ] && name="$name-${seen[$mode]}"
@@ -39,14 +39,17 @@ PY
       --known-issues known-issues.json --gpu-share "$mode" $NIGHTLY_ARGS
   done
   # Every mps run of the call against the off run (a bracketing order checks each; the lowest decides).
-  want nightly && python3 scripts/mps_check.py nightly "$OUT/nightly-off.json" \
-    $(ls "$OUT"/nightly-mps.json "$OUT"/nightly-mps-[0-9]*.json 2>/dev/null | grep -v summary)
+  # The exit status is the checks' alone (1 if any failed): a part left out of PARTS is no failure.
+  failed=0
+  want nightly && { python3 scripts/mps_check.py nightly "$OUT/nightly-off.json" \
+    $(ls "$OUT"/nightly-mps.json "$OUT"/nightly-mps-[0-9]*.json 2>/dev/null | grep -v summary) || failed=1; }
   want scale && run scale-1 --device cuda $two --workers 1 --pieces 1 --budget "$SCALE" --confirm 0
   want scale && run scale-$W --device cuda $two --workers "$W" --pieces "$W" --budget "$SCALE" --confirm 0 --gpu-share mps
-  want scale && python3 scripts/mps_check.py scale "$OUT/scale-1.json" "$OUT/scale-$W.json"
+  want scale && { python3 scripts/mps_check.py scale "$OUT/scale-1.json" "$OUT/scale-$W.json" || failed=1; }
   want threads && run threads-default --device cpu $two --workers "$W" --pieces "$W" --budget 20 --confirm 0
   want threads && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
     run threads-one --device cpu $two --workers "$W" --pieces "$W" --budget 20 --confirm 0
-  want threads && python3 scripts/mps_check.py threads "$OUT/threads-default.json" "$OUT/threads-one.json"
+  want threads && { python3 scripts/mps_check.py threads "$OUT/threads-default.json" "$OUT/threads-one.json" || failed=1; }
+  exit "$failed"
 } 2>&1 | tee "$OUT/share.log"
 exit "${PIPESTATUS[0]}"

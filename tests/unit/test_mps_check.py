@@ -55,3 +55,24 @@ def test_nightly_without_an_mps_report_is_one_line_and_exit_2():
                            str(DATA / "2026-12-03d-nightly-off-summary.json")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "at least one mps report" in done.stderr
+
+
+def test_a_pair_of_this_tree_at_3x_passes():
+    done = _nightly("2026-12-03e-C-nightly-off-summary.json", "2026-12-03e-C-nightly-mps-summary.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PASS nightly examples: off 186,866, mps 564,902 = 3.02x (>= 3)" in done.stdout
+
+
+def _share_bench(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_share_bench.sh")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "OUT": str(tmp_path), **env})
+
+
+def test_the_share_bench_exits_with_its_checks_alone(tmp_path):
+    """A part left out of PARTS is no failure (it exited 1 when `threads` was left out, whatever the checks
+    said: docs/gpu-runs/2026-12-03e-h200.md); a check that fails or cannot run is."""
+    assert _share_bench(tmp_path, PARTS="none").returncode == 0
+    cannot = _share_bench(tmp_path, PARTS="nightly", NIGHTLY_ORDER=" ")  # no run: nothing for the check to read
+    assert cannot.returncode == 1 and "give the off report" in cannot.stdout
