@@ -25,7 +25,7 @@ from __future__ import annotations
 import dis
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import CodeType, FrameType
 from typing import Any
 
@@ -117,19 +117,18 @@ class MonitorCollector:
         # events come back once.
         monitoring.restart_events()
         events = monitoring.events
-        for event, callback in self._callbacks().items():
-            monitoring.register_callback(self._tool, event, callback)
+        register = monitoring.register_callback
+        register(self._tool, events.PY_START, self._on_start)
+        register(self._tool, events.PY_RESUME, self._on_resume)
+        register(self._tool, events.PY_THROW, self._on_resume)
+        register(self._tool, events.PY_RETURN, self._on_return)
+        register(self._tool, events.PY_UNWIND, self._on_unwind)
+        register(self._tool, events.LINE, self._on_line)
+        register(self._tool, events.JUMP, self._on_jump)
         # PY_START everywhere finds the measured files' code objects as they first run (every other code
         # object's is disabled at its first call); unwinding and throwing are not local events in 3.12.
         monitoring.set_events(self._tool, events.PY_START | events.PY_UNWIND | events.PY_THROW)
         return None
-
-    def _callbacks(self) -> dict[int, Callable[..., Any]]:
-        """Each event's callback: what ``start`` registers and ``stop`` takes back."""
-        events = sys.monitoring.events
-        return {events.PY_START: self._on_start, events.PY_RESUME: self._on_resume,
-                events.PY_THROW: self._on_resume, events.PY_RETURN: self._on_return,
-                events.PY_UNWIND: self._on_unwind, events.LINE: self._on_line, events.JUMP: self._on_jump}
 
     def switch(self, context: str | None) -> None:
         """Record under ``context`` from here; None: record nothing (frames entered meanwhile are not
@@ -149,7 +148,9 @@ class MonitorCollector:
         monitoring.set_events(self._tool, 0)
         for code in self._instrumented.values():
             monitoring.set_local_events(self._tool, code, 0)
-        for event in self._callbacks():  # 3.12's free_tool_id leaves the callbacks registered
+        for event in (monitoring.events.PY_START, monitoring.events.PY_RESUME, monitoring.events.PY_THROW,
+                      monitoring.events.PY_RETURN, monitoring.events.PY_UNWIND, monitoring.events.LINE,
+                      monitoring.events.JUMP):
             monitoring.register_callback(self._tool, event, None)
         monitoring.free_tool_id(self._tool)
         self._tool = None
