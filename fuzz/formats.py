@@ -14,8 +14,8 @@ from xml.etree import ElementTree as ET
 from fuzz.machine import gpu_clauses, report_machines, sharing_clause
 from fuzz.model import Failure, Report
 from fuzz.reachdata import merged_changes
-from fuzz.report import consumer_column, reach_column, report_notes, rows, sync_column
-from fuzz.verdicts import CANNOT_BUILD, FUZZER_ERROR, SAME_CODE, UNREACHED, UNTESTED
+from fuzz.report import consumer_column, reach_column, report_notes, retired_reason, rows, sync_column
+from fuzz.verdicts import CANNOT_BUILD, FUZZER_ERROR, RETIRED, SAME_CODE, UNREACHED, UNTESTED
 
 _UNTESTED_WHY = "no example ran within its share of the budget"
 
@@ -95,6 +95,8 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
             verdict = f"untested ({_UNTESTED_WHY})"
         elif verdict == CANNOT_BUILD:
             verdict = f"cannot-build: {entry.cannot_build}"
+        elif entry.verdict_on(device) == RETIRED and entry.retired:
+            verdict = f"{verdict}: {retired_reason(entry.retired)}"
         tally = entry.by_device.get(device)
         lines.append(f"| {entry.name} | {device} | {tally.examples if tally else 0} | {verdict} | "
                      f"{sync_column(entry, device).replace('->', '→')} | "
@@ -147,6 +149,10 @@ def junit_xml(report: Report) -> str:
         if verdict == FUZZER_ERROR:
             errors += 1
             ET.SubElement(case, "error", message="fuzzer bug").text = entry.fuzzer_error
+            continue
+        if verdict == RETIRED:
+            skipped += 1  # nothing to compare: the side's release removed the code (not a pass, not a failure)
+            ET.SubElement(case, "skipped", message=f"{entry.retired_label}: {retired_reason(entry.retired or {})}")
             continue
         if verdict == CANNOT_BUILD:
             skipped += 1  # nothing ran: CI must not count it as a pass

@@ -106,8 +106,9 @@ def _summary(report: Report) -> str:
         for i, cell in enumerate(row):
             cls = "num" if i in (2, 3, 4) else ""
             if i == verdict_at:
+                quiet = cell in ("skipped", "untested") or cell.startswith("retired")
                 cls = "agree" if cell == "agree" else ("known" if cell.endswith("(known)") else
-                                                      "new" if cell not in ("skipped", "untested") else "")
+                                                      "" if quiet else "new")
             cells.append(f'<td class="{cls}">{_e(cell)}</td>' if cls else f"<td>{_e(cell)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")

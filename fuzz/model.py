@@ -280,21 +280,37 @@ class TargetEntry:
     # Which rule judged the optimized side's syncs (docs/verdicts.md#which-sync-rule): "budget" (the copies),
     # "relative" (sides from sources), "relative+budget"; None where none applies (skipped, cannot-build).
     sync_rule: str | None = None
+    # Under a rule for sides from sources, what decides the optimized side's syncs, part by part, and whether
+    # each descends from the budget's release (fuzz.syncrule.descent_parts: "entry point", claimed definitions
+    # an input model calls). {}: the copies, or not run.
+    sync_descent: Mapping[str, bool] = field(default_factory=dict)
     # What each side ran, per device and side (fuzz/reach.py, docs/reach.md): the lines and branches of the
     # definitions the target claims, reached or not, and every definition entered. Empty: not measured.
     reach: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # Set when the two sides' code reachable from the entry point is the same text (fuzz/codediff.py): an
     # "agree" would compare a function with itself. Says which code, for the reader.
     same_code: str | None = None
+    # Set when a side's release removed every file of the target's claimed definitions
+    # (fuzz/releases/retired.py): side, release, files, known_from. Its own state, not cannot-build.
+    retired: Mapping[str, Any] | None = None
 
     @property
     def examples(self) -> int:
         return sum(t.examples for t in self.by_device.values())
 
     def _state(self) -> TargetVerdict | None:
-        """The verdict that overrides every device's: skipped, a fuzzer bug, or a side that cannot be built."""
+        """The verdict that overrides every device's: skipped, a fuzzer bug, a retired target, or a side
+        that cannot be built."""
         return target_state(bool(self.skipped and not self.by_device), bool(self.fuzzer_error),
-                            bool(self.cannot_build))
+                            bool(self.cannot_build), bool(self.retired))
+
+    @property
+    def retired_label(self) -> str | None:
+        """``retired in 0.34.0`` (``retired in this checkout``), or None: the verdict as the table says it."""
+        if not self.retired:
+            return None
+        release = self.retired.get("release")
+        return f"retired in {release}" if release else "retired in this checkout"
 
     def verdict_on(self, device: str) -> TargetVerdict:
         """agree, an example verdict, or a target-only one (fuzz.verdicts.device_verdict)."""
@@ -335,6 +351,8 @@ class TargetEntry:
         """The verdict as a person reads it: the worst *new* failure's, flaky ones
         saying so; where every failure is an accepted finding, "... (known)"."""
         verdict = self.verdict_on(device)
+        if verdict == TargetVerdict.RETIRED:
+            return self.retired_label or verdict
         if verdict not in EXAMPLE_VERDICTS or verdict == Verdict.AGREE.value:
             return verdict
         new = [f.verdict for f in self.failures if f.device == device and not f.known]
@@ -372,8 +390,10 @@ class TargetEntry:
             placement=self.placement + other.placement,
             cannot_build=self.cannot_build or other.cannot_build,
             sync_rule=self.sync_rule or other.sync_rule,
+            sync_descent=self.sync_descent or other.sync_descent,
             reach=add_reach(self.reach, other.reach, self.name),
-            same_code=self.same_code or other.same_code)
+            same_code=self.same_code or other.same_code,
+            retired=self.retired or other.retired)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -389,8 +409,10 @@ class TargetEntry:
             "placement": [dict(p) for p in self.placement],
             "cannot_build": self.cannot_build,
             "sync_rule": self.sync_rule,
+            "sync_descent": dict(self.sync_descent),
             "reach": {d: dict(sides) for d, sides in self.reach.items()},
             "same_code": self.same_code,
+            "retired": dict(self.retired) if self.retired else None,
         }
 
     @classmethod
@@ -414,8 +436,29 @@ class TargetEntry:
             placement=tuple(_field(data, "placement", list, where, optional=True) or ()),
             cannot_build=_field(data, "cannot_build", str, where, optional=True),
             sync_rule=_field(data, "sync_rule", str, where, optional=True),
+            sync_descent=_sync_descent(data, where),
             reach=read_reach(_field(data, "reach", dict, where, optional=True) or {}, where),
-            same_code=_field(data, "same_code", str, where, optional=True))
+            same_code=_field(data, "same_code", str, where, optional=True),
+            retired=_retired(data, where))
+
+
+def _sync_descent(data: Any, where: str) -> dict[str, bool]:
+    """An entry's ``sync_descent`` (absent in reports from before it existed): part -> descends."""
+    parts = _field(data, "sync_descent", dict, where, optional=True) or {}
+    if not all(isinstance(k, str) and isinstance(v, bool) for k, v in parts.items()):
+        raise ReportError(f"{where}: field 'sync_descent' must map each part's name to true or false")
+    return dict(parts)
+
+
+def _retired(data: Any, where: str) -> Mapping[str, Any] | None:
+    """An entry's ``retired`` record (absent in reports from before it existed)."""
+    record = _field(data, "retired", dict, where, optional=True)
+    if record is None:
+        return None
+    if not isinstance(record.get("side"), str) or not isinstance(record.get("known_from"), str) \
+            or not isinstance(record.get("release"), (str, type(None))) or not isinstance(record.get("files"), list):
+        raise ReportError(f"{where}: its retired record needs side, release, files and known_from")
+    return record
 
 
 def add_entries(entries: Iterable[TargetEntry]) -> list[TargetEntry]:
@@ -480,8 +523,12 @@ class Report:
         return sorted(set.intersection(*missing)) if missing else []
 
     def cannot_build(self) -> list[tuple[str, str]]:
-        """(target, why) for targets a side's source could not be built into."""
-        return [(e.name, e.cannot_build) for e in self.targets if e.cannot_build]
+        """(target, why) for targets a side's source could not be built into (retired ones are not)."""
+        return [(e.name, e.cannot_build) for e in self.targets if e.cannot_build and not e.retired]
+
+    def retired(self) -> list[TargetEntry]:
+        """The targets a side's release removed: their own state, not incomplete (docs/sides.md)."""
+        return [e for e in self.targets if e.retired]
 
     def failures_by_verdict(self) -> dict[str, int]:
         counts: dict[str, int] = {}

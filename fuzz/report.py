@@ -94,6 +94,8 @@ def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:
             lines.append(f"upstream: {entry.name}: {entry.upstream_check}")
         if entry.fuzzer_error:
             lines.append(f"FUZZER BUG in {entry.name}: {entry.fuzzer_error}")
+        if entry.retired:
+            lines.append(f"{entry.retired_label} {entry.name}: {retired_reason(entry.retired)}")
         if entry.cannot_build:
             lines.append(f"cannot-build {entry.name}: {entry.cannot_build}")
         if entry.same_code or any(entry.verdict_on(d) == SAME_CODE for d in entry.devices):
@@ -127,6 +129,12 @@ def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:
     return lines
 
 
+def retired_reason(record: Mapping[str, Any]) -> str:
+    """Why a target is retired, in one line: the side, the files its release removed, where that is known from."""
+    files = ", ".join(record.get("files", []))
+    return f"{record.get('side')} has no {files}; {record.get('known_from')}; nothing to compare (docs/sides.md)"
+
+
 # What each exit code tells the user, for the closing line (the same rule as --help's epilog).
 EXIT_MEANINGS = {
     EXIT_OK: "no failure",
@@ -142,6 +150,8 @@ def target_outcome(entry: TargetEntry) -> str:
         return "fuzzer-error"
     if any(not f.known for f in entry.failures):
         return "new"
+    if entry.retired:
+        return "retired"
     if entry.cannot_build:
         return "cannot-build"
     if entry.verdict == UNTESTED or entry.untested_devices():
@@ -162,7 +172,8 @@ def closing_line(report: Report) -> str:
              f"{buckets.count('new')} with new failures ({new} new)",
              f"{buckets.count('known')} with known failures only", f"{buckets.count('untested')} untested",
              f"{buckets.count('cannot-build')} cannot-build"]
-    parts += [f"{buckets.count(b)} {b}" for b in ("same-code", "unreached", "skipped", "fuzzer-error") if b in buckets]
+    parts += [f"{buckets.count(b)} {b}" for b in ("retired", "same-code", "unreached", "skipped", "fuzzer-error")
+              if b in buckets]
     code = report.exit_code()
     if report.interrupted:
         meaning = f"interrupted by {report.interrupted}: the report holds what finished"
@@ -246,12 +257,27 @@ def report_notes(report: Report) -> list[str]:
     rules: dict[str, list[str]] = {}
     for entry in report.targets:
         if entry.sync_rule and entry.sync_rule != "budget":
-            rules.setdefault(entry.sync_rule, []).append(entry.name)
+            # Which parts descended, where more than the entry point decides (docs/verdicts.md#which-sync-rule).
+            parts = f" ({descent_note(dict(entry.sync_descent))})" if len(entry.sync_descent) > 1 else ""
+            rules.setdefault(entry.sync_rule, []).append(entry.name + parts)
     for rule, names in rules.items():
         notes.append(f"syncs judged {SYNC_RULES.get(rule, rule)}: {', '.join(names)}")
     for machine in report_machines(report.run):  # absent in reports from before; one per input of a merge
         notes += machine_lines(machine)
     return notes
+
+
+def descent_note(parts: dict[str, bool]) -> str:
+    """The parts that descended and those that did not, in words: ``entry point; not:
+    InternS1MultiModalProcessor._get_mm_fields_config``."""
+    kept = [name for name, descends in parts.items() if descends]
+    not_kept = [name for name, descends in parts.items() if not descends]
+    said = []
+    if kept:
+        said.append("descended: " + ", ".join(kept))
+    if not_kept:
+        said.append("not: " + ", ".join(not_kept))
+    return "; ".join(said)
 
 
 SYNC_RULES = {

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -36,9 +37,9 @@ from fuzz.execute import CudaContextLost, ExampleResult, fatal_cuda_error, run_e
 from fuzz.model import DeviceTally, Failure, TargetEntry
 from fuzz.outcome import Raised, SideResult
 from fuzz.reach import Measure, measure_for, static_same_code
-from fuzz.releases import CannotBuild, bind_sides
+from fuzz.releases import CannotBuild, Retired, bind_sides
 from fuzz.repro import repro_payload, save_repro
-from fuzz.syncrule import sync_rule
+from fuzz.syncrule import descent_parts, sync_rule
 from fuzz.targets import Target
 from fuzz.upstream import with_upstream
 from fuzz.verdicts import Mismatch, Verdict, worst
@@ -179,10 +180,12 @@ class TargetOutcome:
     repro_paths: list[Path | None] = field(default_factory=list)  # parallel to failures
     skipped: str | None = None
     cannot_build: str | None = None  # a side's source cannot be built into this target (fuzz/releases/sides.py)
+    retired: dict[str, Any] | None = None  # a side's release removed the target's definitions (releases/retired.py)
     harness_error: str | None = None
     first_failure_at: int | None = None  # examples run when the first failure was seen
     upstream: str | None = None  # under --upstream: compared, or why not
     sync_rule: str | None = None  # which rule judges the syncs (fuzz/syncrule.py); None: the target did not run
+    sync_descent: dict[str, bool] = field(default_factory=dict)  # fuzz.syncrule.descent_parts; {}: the copies
     seconds: float = 0.0
     started: float = 0.0  # time.monotonic() when fuzzing began
     deadline: float | None = None  # end of its budget share, if any
@@ -210,8 +213,8 @@ class TargetOutcome:
             seconds=round(self.seconds, 3), flaky=self.flaky, skipped=self.skipped,
             fuzzer_error=self.harness_error, upstream_check=self.upstream, cannot_build=self.cannot_build,
             reach=self.measure.result([d for d, t in self.tallies.items() if t.examples]) if self.measure else {},
-            same_code=self.same_code,
-            sync_rule=self.sync_rule)
+            same_code=self.same_code, retired=self.retired,
+            sync_rule=self.sync_rule, sync_descent=dict(self.sync_descent))
 
 
 class _StopTarget(BaseException):
@@ -333,6 +336,9 @@ def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None
     outcome = TargetOutcome(target, devices_for(target.devices, config.devices))
     try:
         target = bind_sides(target, config)
+    except Retired as exc:
+        outcome.retired = exc.retirement.to_json()
+        return outcome
     except CannotBuild as exc:
         outcome.cannot_build = str(exc)
         return outcome
@@ -341,6 +347,8 @@ def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None
         outcome.skipped = f"runs on {', '.join(target.devices)}; this run has {', '.join(config.devices)}"
         return outcome
     outcome.sync_rule = sync_rule(target, config)
+    if outcome.sync_rule != "budget":  # a side from a source: which parts descend from the budget's release
+        outcome.sync_descent = descent_parts(target, config)
     outcome.same_code = static_same_code(target, config)
     if config.coverage:
         outcome.measure = measure_for(target, config)

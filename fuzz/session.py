@@ -151,7 +151,7 @@ def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEn
     if config.legacy == "copy" and config.optimized == "copy":
         return []
     from fuzz.devices import devices_for
-    from fuzz.releases import CannotBuild, bind_sides, identity
+    from fuzz.releases import CannotBuild, Retired, bind_sides, identity
 
     for role in ("legacy", "optimized"):
         found = identity(getattr(config, role), config.sources)
@@ -161,6 +161,13 @@ def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEn
     for target in targets:
         try:
             bind_sides(target, config)
+        except Retired as exc:
+            out.append(TargetEntry(name=target.name, upstream=tuple(target.upstream),
+                                   devices=devices_for(target.devices, config.devices),
+                                   expected_optimized_syncs=target.expected_optimized_syncs,
+                                   retired=exc.retirement.to_json()))
+            if not quiet:
+                print(f"[fuzz] {target.name}: {exc.retirement.label} ({exc})", file=sys.stderr)
         except CannotBuild as exc:
             out.append(TargetEntry(name=target.name, upstream=tuple(target.upstream),
                                    devices=devices_for(target.devices, config.devices),

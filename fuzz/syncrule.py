@@ -12,9 +12,11 @@ were reported as a regression against a budget of 0. So:
 * ``relative``: a side comes from a source. A sync regression is the
   optimized side making more syncs than the legacy side on the same input.
 * ``relative+budget``: as ``relative``, and the declared budget applies on
-  top: the optimized side's code for this target descends from the release
-  the budget was declared for (``optimized_descends``), or ``--sync-budget
-  apply`` asked for it.
+  top: everything that decides the optimized side's syncs for this target
+  descends from the release the budget was declared for (``descent_parts``:
+  the entry point's code and every claimed definition an input model calls,
+  such as the keep-on-cpu field configs that place the inputs), or
+  ``--sync-budget apply`` asked for it.
 
 ``--sync-budget`` (``RunConfig.sync_budget``): ``auto`` decides by descent,
 ``apply`` always adds the budget, ``ignore`` never does; for copy-vs-copy runs
@@ -27,7 +29,7 @@ from typing import Any
 
 from fuzz.config import SYNC_BUDGET_MODES
 from fuzz.outcome import SideResult
-from fuzz.releases import COPY, PACKAGE, entry_digests
+from fuzz.releases import COPY, PACKAGE, claimed_digests, entry_digests
 from fuzz.targets import FORM_ATTRIBUTE, Target, resolve_impl
 from fuzz.verdicts import Mismatch
 
@@ -57,40 +59,58 @@ def judges_relative(rule: str) -> bool:
     return rule in (RELATIVE, RELATIVE_BUDGET)
 
 
-_DESCENDS: dict[tuple[Any, ...], bool] = {}
+ENTRY = "entry point"  # the part of ``descent_parts`` that is the code a call of the entry point may run
+_PARTS: dict[tuple[Any, ...], dict[str, bool]] = {}
 
 
 def optimized_descends(target: Target, config: Any) -> bool:
-    """Whether the optimized side's code for ``target`` (bound to ``config``'s sides) descends from the
-    release its sync budget was declared for (``target.versions[1]``, the optimized copy's release).
+    """Whether everything that decides the optimized side's syncs for ``target`` (bound to ``config``'s
+    sides) descends from the release its sync budget was declared for (``target.versions[1]``, the
+    optimized copy's release): every part of ``descent_parts`` does, and there is at least one."""
+    parts = descent_parts(target, config)
+    return bool(parts) and all(parts.values())
 
-    * The optimized side is the copy (``--optimized copy``): yes.
-    * A side rebuilt from a source whose template is ``legacy/`` (a release older than the copy's): no;
-      it is an old release's code, built on the legacy copy.
-    * A side rebuilt on ``optimized/``: yes only when the definitions reachable from the target's entry
-      point are the same code in the rebuilt module as in the optimized copy (``fuzz.releases.sidebuild.
-      entry_digests``: the same qualnames, each the same digest, comments, docstrings and layout aside).
-      A reachable definition the copy lacks, or one that differs, is code the budget was never declared
-      for. Nothing reachable found: not shown to descend, so no.
 
-    Decided once per (target name, sides) per process.
+def descent_parts(target: Target, config: Any) -> dict[str, bool]:
+    """What decides the optimized side's syncs, part by part, and whether each descends from the budget's
+    release (the row's ``sync_descent``; docs/verdicts.md#which-sync-rule):
+
+    * ``entry point``: the definitions reachable from the target's entry point;
+    * each definition the target claims (``Target.upstream``) outside that reach, with what it reaches:
+      an input model calls it itself, and it may decide where the inputs live (the keep-on-cpu field
+      configs: a ``keep_on_cpu=True`` removed upstream moves a field to the device, and the syncs with it,
+      while the consumer's code stays the copy's).
+
+    A part descends when its definitions are the same code in the rebuilt module as in the optimized copy
+    (``fuzz.releases.sidebuild``'s digests: the same qualnames, each the same digest, comments, docstrings
+    and layout aside). The optimized side being the copy: ``{ENTRY: True}``. Rebuilt on ``legacy/`` (a
+    release older than the copy's): ``{ENTRY: False}``, an old release's code. An entry point whose reach
+    is empty is not shown to descend. Decided once per (target name, sides) per process.
     """
     key = (target.name, config.legacy, config.optimized, tuple(config.sources))
-    if key in _DESCENDS:
-        return _DESCENDS[key]
+    if key not in _PARTS:
+        _PARTS[key] = _descent_parts(target, config)
+    return _PARTS[key]
+
+
+def _descent_parts(target: Target, config: Any) -> dict[str, bool]:
     impl = target.impl("optimized")
     module = impl.module
     if config.optimized == COPY or not module.__name__.startswith(PACKAGE + "."):  # the copy itself, not rebuilt
-        _DESCENDS[key] = True
-        return True
+        return {ENTRY: True}
     if getattr(module, FORM_ATTRIBUTE, None) != "optimized":  # rebuilt on legacy/: an older release's code
-        _DESCENDS[key] = False
-        return False
+        return {ENTRY: False}
     copy = resolve_impl(f"optimized.{module.__name__.rpartition('.')[2]}:{impl.path.partition(':')[2]}")
     built = entry_digests(impl)
-    descends = bool(built) and built == entry_digests(copy)
-    _DESCENDS[key] = descends
-    return descends
+    parts = {ENTRY: bool(built) and built == entry_digests(copy)}
+    claimed = [ref.partition("::")[2] for ref in target.upstream]
+    claimed = [q for q in dict.fromkeys(claimed) if q not in built]
+    rebuilt_claims, copy_claims = claimed_digests(impl, claimed), claimed_digests(copy, claimed)
+    for qualname in claimed:
+        ours, theirs = copy_claims.get(qualname, {}), rebuilt_claims.get(qualname, {})
+        if ours or theirs:  # a name neither module defines (another release's) decides nothing here
+            parts[qualname] = ours == theirs
+    return parts
 
 
 def budget_note(rule: str, target: Target) -> str:

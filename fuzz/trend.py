@@ -72,6 +72,7 @@ class TargetNight:
     syncs: Mapping[str, SyncStats | None]  # side -> stats (None: no CUDA calls counted)
     untested: tuple[str, ...] = ()  # devices that ran no example ("" for a target without devices)
     cannot_build: str | None = None
+    retired: str | None = None  # "retired in 0.34.0": a side's release removed the target's code
     tested_on: frozenset[str] = frozenset()  # devices where examples ran and the target's state is sound
 
     @property
@@ -171,11 +172,12 @@ def _target_night(entry: TargetEntry) -> TargetNight:
     untested = tuple(entry.untested_devices())
     if not entry.devices and entry.verdict == UNTESTED:
         untested = ("",)
-    sound = not (entry.fuzzer_error or entry.cannot_build)
+    sound = not (entry.fuzzer_error or entry.cannot_build or entry.retired)
     tested = frozenset(d for d, t in entry.by_device.items() if t.examples > 0 and sound)
     return TargetNight(name=entry.name, examples=entry.examples, seconds=entry.seconds, verdict=entry.verdict,
                        syncs={side: sync_stats(cuda_histogram(entry, side)) for side in SIDES},
-                       untested=untested, cannot_build=entry.cannot_build, tested_on=tested)
+                       untested=untested, cannot_build=entry.cannot_build, retired=entry.retired_label,
+                       tested_on=tested)
 
 
 def _classify(report: Report, targets: Mapping[str, TargetNight], before: Night | None) -> tuple[FailureRow, ...]:
@@ -239,7 +241,7 @@ def what_changed(trend: Trend, threshold: float = DEFAULT_THRESHOLD) -> list[str
 
     * ``new failure: T VERDICT on DEVICE`` (not known, not seen the night before);
     * ``fixed: T VERDICT on DEVICE`` (seen the night before, gone tonight where T ran);
-    * ``T: newly cannot-build (WHY)``; ``T: newly untested on DEVICE``;
+    * ``T: newly cannot-build (WHY)``; ``T: newly retired in X (...)``; ``T: newly untested on DEVICE``;
     * ``T: verdict A -> B`` (a changed verdict none of the lines above explains: a known failure, skipped,
       fuzzer-error, tested again);
     * ``T: optimized syncs per call rose against legacy: median A -> B, max C -> D (legacy median E -> F, max
@@ -264,6 +266,9 @@ def what_changed(trend: Trend, threshold: float = DEFAULT_THRESHOLD) -> list[str
         old = before.targets.get(name)
         if old is not None and target.cannot_build and not old.cannot_build:
             lines.append(f"{name}: newly cannot-build ({target.cannot_build})")
+            broken.add(name)
+        if old is not None and target.retired and not old.retired:
+            lines.append(f"{name}: newly {target.retired} (a side's release removed its code)")
             broken.add(name)
     for name, target in now.targets.items():
         old = before.targets.get(name)

@@ -84,6 +84,7 @@ class TargetVerdict(_PlainValue):
     FUZZER_ERROR = "fuzzer-error"  # the harness broke: a bug in the fuzzer
     UNTESTED = "untested"  # no example ran (its budget share ran out first)
     CANNOT_BUILD = "cannot-build"  # a side's source cannot be built into this target's code (said why)
+    RETIRED = "retired"  # a side's release removed the definitions the target is about (exit 0; said when)
     # Examples ran and agreed, but they are no evidence (docs/reach.md):
     SAME_CODE = "same-code"  # both sides ran the same code: a function compared with itself (exit 0, not "agree")
     UNREACHED = "unreached"  # a side never entered the definitions the target claims (exit 3, incomplete)
@@ -94,6 +95,7 @@ SKIPPED = TargetVerdict.SKIPPED
 FUZZER_ERROR = TargetVerdict.FUZZER_ERROR
 UNTESTED = TargetVerdict.UNTESTED
 CANNOT_BUILD = TargetVerdict.CANNOT_BUILD
+RETIRED = TargetVerdict.RETIRED
 SAME_CODE = TargetVerdict.SAME_CODE
 UNREACHED = TargetVerdict.UNREACHED
 
@@ -218,13 +220,15 @@ def decide_example(differential: tuple[Verdict, list[Mismatch]], both_returned: 
 
 # --------------------------------------------------------------------------- deciding a target
 
-def target_state(skipped: bool, fuzzer_error: bool, cannot_build: bool) -> TargetVerdict | None:
+def target_state(skipped: bool, fuzzer_error: bool, cannot_build: bool, retired: bool = False) -> TargetVerdict | None:
     """The verdict that overrides every device's, or None: skipped (no device of the run), a fuzzer bug,
-    or a side that cannot be built."""
+    a side whose release removed the target's definitions, or a side that cannot be built."""
     if skipped:
         return TargetVerdict.SKIPPED
     if fuzzer_error:
         return TargetVerdict.FUZZER_ERROR
+    if retired:
+        return TargetVerdict.RETIRED
     if cannot_build:
         return TargetVerdict.CANNOT_BUILD
     return None

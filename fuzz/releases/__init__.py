@@ -9,6 +9,7 @@ The upstream-source tooling, one package; the rest of the engine imports only th
 * ``verify`` and ``drift``: every copy module checked against its release; what changed since;
 * ``packs``: source packs, the few vllm files the catalog needs, kept offline in ``sources/``,
   and where a release is read from when no flag names it (pack, else wheel cache, else pip);
+* ``retired``: a side whose release removed every file of a target's claimed definitions;
 * ``merge3`` and ``sidebuild``: a copy rebuilt on another release's text by a three-way merge;
 * ``sides``: ``--legacy``/``--optimized`` bound to a target (the copy, ``vllm==X`` or a PATH);
 * ``provenance``, ``scaffold``: the ``provenance`` and ``new-target`` commands (``sources``: packs).
@@ -23,11 +24,12 @@ from fuzz.releases.provenance import add_parser as add_provenance_parser
 from fuzz.releases.provenance import cmd_provenance
 from fuzz.releases.scaffold import add_parser as add_new_target_parser
 from fuzz.releases.scaffold import cmd_new_target
-from fuzz.releases.sidebuild import entry_digests
+from fuzz.releases.sidebuild import claimed_digests, entry_digests
 from fuzz.releases.sides import (
     COPY,
     PACKAGE,
     CannotBuild,
+    Retired,
     base_source,
     bind_sides,
     check_repro_sides,
@@ -45,9 +47,9 @@ __all__ = [
     "add_new_target_parser", "add_provenance_parser", "add_sources_parser",
     "cmd_new_target", "cmd_provenance", "cmd_sources",
     # sides: a run's --legacy/--optimized bound to its targets, and what each side is
-    "COPY", "PACKAGE", "CannotBuild", "bind_sides", "check_repro_sides", "check_side", "identity",
+    "COPY", "PACKAGE", "CannotBuild", "Retired", "bind_sides", "check_repro_sides", "check_side", "identity",
     "side_identities", "side_labels", "side_source", "base_source", "release_version",
     # what the reach report and the sync rule read: the upstream files, copies matched to them, digests
     "HEADER_RE", "CopyLines", "align", "check_copy", "normalize", "upstream_file", "catalog_paths",
-    "release_source", "upstream_files_by_module", "entry_digests",
+    "release_source", "upstream_files_by_module", "entry_digests", "claimed_digests",
 ]

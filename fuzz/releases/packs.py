@@ -16,6 +16,7 @@ A pack is data: its files are read and hashed, never imported.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -41,6 +42,9 @@ MANIFEST = "MANIFEST.json"
 SOURCES_ENV = "SYNCFUZZ_SOURCES"
 SHIPPED_PACKS = PROJECT_ROOT / "sources"
 COPY_FOLDERS = ("legacy", "optimized")
+# vLLM's model registry: its ``_PREVIOUSLY_SUPPORTED_MODELS`` (architecture -> the last release that had it) is
+# kept in each pack's manifest, so a retired target can cite vLLM's own word offline (fuzz/releases/retired.py).
+REGISTRY = "vllm/model_executor/models/registry.py"
 
 
 def sha256(data: bytes) -> str:
@@ -172,12 +176,32 @@ def write_pack(source: Source, into: Path, paths: Sequence[str], origin: dict[st
         manifest = {"format": PACK_FORMAT, "version": source.version, **origin,
                     "license": "Apache-2.0 (vLLM project; LICENSE beside this file)" if license_text else None,
                     "files": files, "absent": absent}
+        registry = source.read(REGISTRY)
+        if registry:
+            manifest["previously_supported_models"] = previously_supported_models(registry)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         if final.exists():
             old = Path(tmp) / "old"
             os.replace(final, old)
         os.replace(staging, final)
     return final
+
+
+def previously_supported_models(text: str) -> dict[str, str]:
+    """The registry's ``_PREVIOUSLY_SUPPORTED_MODELS`` literal (architecture -> last release); {} if absent."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "_PREVIOUSLY_SUPPORTED_MODELS" for t in targets) \
+                and isinstance(node.value, ast.Dict):
+            return {k.value: v.value for k, v in zip(node.value.keys, node.value.values)
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+                    and isinstance(k.value, str) and isinstance(v.value, str)}
+    return {}
 
 
 def _license(source: Source) -> str | None:
@@ -217,11 +241,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("list", help="the packs found and whether their files match their manifests")
     listing.add_argument("--sources", action="append", default=[], metavar="DIR",
                          help=f"also look here (and in ${SOURCES_ENV})")
+    listing.add_argument("--newest", action="store_true",
+                         help="print only the newest release found, as a side (vllm==X): what a nightly against "
+                              "today's vLLM passes to --optimized")
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
     if args.sources_command == "list":
-        return _list(args.sources)
+        return _newest(args.sources) if args.newest else _list(args.sources)
     from fuzz.preflight import check_cache, check_folder
 
     # Checked before the first (slow) download: an --into that cannot be written fails only at the end.
@@ -248,11 +275,28 @@ def cmd_sources(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(search: Sequence[str]) -> int:
+def _check_search(search: Sequence[str]) -> None:
     for folder in search:  # a misspelt folder would list only the other packs, silently
         if not folder.strip() or not Path(folder).expanduser().is_dir():
             raise UsageError(f"--sources {folder!r} is not a directory; pass the --into folder of "
                              "python -m fuzz sources fetch")
+
+
+def _newest(search: Sequence[str]) -> int:
+    """``vllm==X`` of the newest pack found (versions compared as numbers), on a line of its own."""
+    from fuzz.releases.common import version_key
+
+    _check_search(search)
+    versions = [read_manifest(pack)["version"] for folder in search_folders(search) if folder.is_dir()
+                for pack in folder.glob("vllm-*") if (pack / MANIFEST).is_file()]
+    if not versions:
+        raise UsageError("no source packs found; make one with: python -m fuzz sources fetch vllm==X --into DIR")
+    print(f"vllm=={max(versions, key=version_key)}")
+    return 0
+
+
+def _list(search: Sequence[str]) -> int:
+    _check_search(search)
     found = 0
     for folder in search_folders(search):
         for pack in sorted(folder.glob("vllm-*")) if folder.is_dir() else []:

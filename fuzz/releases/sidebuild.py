@@ -495,3 +495,22 @@ def entry_digests(impl: object) -> dict[str, str]:
     entry = impl.path.partition(":")[2]  # type: ignore[attr-defined]
     runs = getattr(inspect.unwrap(impl.function), "__qualname__", entry)  # type: ignore[attr-defined]
     return digests(text, reach(text, entry) | reach(text, runs))
+
+
+def claimed_digests(impl: object, qualnames: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Per claimed qualname, qualname -> digest of every definition a call of it may run in ``impl``'s module
+    (``reach``; {} where the module lacks it). An input model calls some claimed definitions itself (the
+    keep-on-cpu field configs decide where each input lives): they decide a side's syncs as much as the
+    entry point's code does (fuzz/syncrule.py)."""
+    import inspect
+    from pathlib import Path
+
+    from fuzz.codediff import digests
+
+    module = impl.module  # type: ignore[attr-defined]
+    try:
+        file = getattr(module, "__file__", None)
+        text = Path(file).read_text(encoding="utf-8") if file and Path(file).is_file() else inspect.getsource(module)
+    except (OSError, TypeError):
+        return {}
+    return {qualname: digests(text, reach(text, qualname)) for qualname in qualnames}

@@ -38,6 +38,7 @@ from typing import Any, Sequence
 from fuzz.errors import UsageError
 from fuzz.releases.common import side_version, version_key
 from fuzz.releases.packs import SHIPPED_PACKS, catalog_paths, release_source
+from fuzz.releases.retired import Retirement, retirement
 from fuzz.releases.sidebuild import ModuleBuild, build_module, reach
 from fuzz.releases.sources import Source, open_source, release_version
 from fuzz.releases.verify import upstream_files_by_module
@@ -51,6 +52,16 @@ PACKAGE = "syncfuzz_sides"
 
 class CannotBuild(Exception):
     """A target whose code cannot be rebuilt from a side's source (the reason is the message)."""
+
+
+class Retired(CannotBuild):
+    """A side's release removed the upstream definitions the target is about (fuzz/releases/retired.py):
+    nothing to build, and nothing broken. A CannotBuild, so whatever only needs "no callable" (replay) says
+    why; the run records it as its own state."""
+
+    def __init__(self, found: Retirement) -> None:
+        super().__init__(str(found))
+        self.retirement = found
 
 
 def check_side(spec: str, flag: str, search: Sequence[str] = ()) -> str:
@@ -319,11 +330,29 @@ def check_repro_sides(payload: dict, config: Any, where: str) -> None:
 
 def bind(target: Target, legacy: str = COPY, optimized: str = COPY, search: Sequence[str] = ()) -> Target:
     """``target`` with each role's callable taken from its side; CannotBuild with the reason."""
+    for role, spec in zip(ROLES, (legacy, optimized)):
+        if spec != COPY:
+            gone = _retirement(target, role, spec, search)
+            if gone is not None:
+                raise Retired(gone)
     paths = {}
     for role, spec in zip(ROLES, (legacy, optimized)):
         if spec != COPY:
             paths[role] = _built_path(target, role, spec, search)
     return dataclasses.replace(target, **paths) if paths else target
+
+
+_RETIRED: dict[tuple[tuple[str, ...], str, str, tuple[str, ...]], Retirement | None] = {}
+
+
+def _retirement(target: Target, role: str, spec: str, search: Sequence[str]) -> Retirement | None:
+    """Whether ``spec``'s source removed every file of the target's claimed definitions (once per process)."""
+    key = (tuple(target.upstream), role, spec, tuple(search))
+    if key not in _RETIRED:
+        side = side_source(spec, search)
+        base = base_source(side_version(target.versions, template_for(side.version, target)), search)
+        _RETIRED[key] = retirement(target.upstream, role, spec, side.source, side.identity["kind"], search, base)
+    return _RETIRED[key]
 
 
 def _built_path(target: Target, role: str, spec: str, search: Sequence[str]) -> str:

@@ -19,7 +19,7 @@ from fuzz.model import DeviceTally, ReportError
 from fuzz.outcome import Raised, SideResult
 from fuzz.releases import bind_sides
 from fuzz.runner import TallyCounter, fuzz_target
-from fuzz.syncrule import function_syncs, optimized_descends, sync_rule
+from fuzz.syncrule import descent_parts, function_syncs, optimized_descends, sync_rule
 from fuzz.targets import lookup
 from fuzz.verdicts import Verdict, decide_example
 from tests.e2e.test_sides import FLA, tree
@@ -225,3 +225,56 @@ def test_a_report_from_before_sync_pairs_reads_as_empty_and_damaged_counts_are_r
                            ({"sideways": 1}, "not one of"), ({"same": 4}, "more than its 3 examples")):
         with pytest.raises(ReportError, match=message):
             DeviceTally.from_json({**old, "sync_pairs": pairs}, "damaged")
+
+
+# --------------------------------------------------------------------------- what decides the syncs
+
+INTERNS1 = "vllm/model_executor/models/interns1.py"
+INTERNS1_TARGET = "keep-on-cpu-interns1-num-patches"
+KEPT = 'image_num_patches=MultiModalFieldConfig.batched("image", keep_on_cpu=True)'
+MOVED = 'image_num_patches=MultiModalFieldConfig.batched("image")'
+FIELD_CONFIG = "InternS1MultiModalProcessor._get_mm_fields_config"
+
+
+def parts_of(optimized: str, name: str = INTERNS1_TARGET) -> dict[str, bool]:
+    config = RunConfig(legacy="vllm==0.27.1", optimized=optimized)
+    return descent_parts(bind_sides(target(name), config), config)
+
+
+def test_the_field_config_that_places_the_inputs_is_a_part_of_the_descent():
+    # 0.28.0 itself: the consumer and the field config are the copy's, so the budget declared for it applies.
+    assert parts_of("vllm==0.28.0") == {"entry point": True, FIELD_CONFIG: True}
+    assert rule_of("vllm==0.27.1", "vllm==0.28.0", name=INTERNS1_TARGET) == "relative+budget"
+
+
+def test_a_field_kept_on_cpu_no_more_takes_the_budget_off_though_the_consumer_is_the_copys(tmp_path):
+    """#51738's tree: the claimed consumer descends from 0.28.0, the field configuration does not (a
+    ``keep_on_cpu=True`` removed puts num_patches on the device); the budget of 0 declared for 0.28.0's
+    placement would call its syncs a regression, so only the relative rule judges."""
+    moved = tree(tmp_path, {INTERNS1: (KEPT, MOVED)})
+    assert parts_of(str(moved)) == {"entry point": True, FIELD_CONFIG: False}
+    assert rule_of("vllm==0.27.1", str(moved), name=INTERNS1_TARGET) == "relative"
+
+
+def test_a_changed_consumer_with_the_copys_field_config_does_not_descend(tmp_path):
+    changed = tree(tmp_path, {INTERNS1: ("        num_patches = image_input[\"num_patches\"]\n",
+                                         "        num_patches = list(image_input[\"num_patches\"])\n")})
+    assert parts_of(str(changed)) == {"entry point": False, FIELD_CONFIG: True}
+
+
+def test_the_row_and_its_note_say_which_parts_descended(tmp_path):
+    from fuzz.model import Report
+    from fuzz.report import report_notes
+
+    moved = tree(tmp_path, {INTERNS1: (KEPT, MOVED)})
+    config = RunConfig(targets=(INTERNS1_TARGET,), legacy="vllm==0.27.1", optimized=str(moved), max_examples=2,
+                       isolated=False, confirm=0)
+    entry = fuzz_target(target(INTERNS1_TARGET), config).entry()
+    assert entry.sync_rule == "relative" and dict(entry.sync_descent) == {"entry point": True, FIELD_CONFIG: False}
+    data = json.loads(json.dumps(entry.to_json()))
+    assert data["sync_descent"] == {"entry point": True, FIELD_CONFIG: False}
+    notes = report_notes(Report((entry,)))
+    assert any(f"{INTERNS1_TARGET} (descended: entry point; not: {FIELD_CONFIG})" in note for note in notes)
+    assert type(entry).from_json(data).sync_descent == entry.sync_descent
+    with pytest.raises(ReportError, match="sync_descent"):
+        type(entry).from_json({**data, "sync_descent": {"entry point": "yes"}})

@@ -47,6 +47,7 @@ def test_workflow_fuzz_commands_parse(workflow):
     readme = (ROOT / "README.md").read_text()
     for command in commands:
         command = re.sub(r'"\$\(.*?\)"', "1", command)
+        command = re.split(r"\s(?:>>?|\|)\s", command)[0]  # a redirection or pipe is the shell's
         args = shlex.split(command)[3:]
         build_parser().parse_args(args)  # raises UsageError on anything the CLI does not accept
         assert f"python3 -m fuzz {args[0]}" in readme
@@ -83,7 +84,7 @@ def test_the_nightly_keeps_its_reports_and_shows_the_trend_in_its_summary():
     """Each night's JSON is an artifact; the trend step reads the last nights' (downloaded by that
     artifact's name) and tonight's, its Markdown goes to the job summary and its HTML is uploaded."""
     text = (ROOT / ".github" / "workflows" / "nightly-gpu-fuzz.yml").read_text()
-    (trend,) = [c for c in _fuzz_commands(text) if c.startswith("python3 -m fuzz trend ")]
+    (trend,) = [c for c in _fuzz_commands(text) if c.startswith("python3 -m fuzz trend ") and "nightly-caller" in c]
     args = build_parser().parse_args(shlex.split(trend)[3:])
     assert args.markdown == "trend.md" and args.html == "trend.html"
     assert args.reports[-1] == "nightly-caller.json" and args.reports[0].startswith("previous/")
@@ -99,3 +100,32 @@ def test_premerge_puts_its_markdown_in_the_job_summary():
     (run,) = [c for c in _fuzz_commands(text) if c.startswith("python3 -m fuzz run ")]
     markdown = build_parser().parse_args(shlex.split(run)[3:]).markdown
     assert f'cat {markdown} >> "$GITHUB_STEP_SUMMARY"' in text
+
+
+def test_the_nightly_fuzzes_the_pre_pr_release_against_todays_vllm_with_its_own_report_and_trend():
+    """Job ``today``: 0.27.1 against the newest shipped pack (``sources list --newest``) and against vLLM main
+    where it can be checked out, each with its own report; its own summary, trend and artifact."""
+    text = (ROOT / ".github" / "workflows" / "nightly-gpu-fuzz.yml").read_text()
+    commands = _fuzz_commands(text)
+    assert "python3 -m fuzz sources list --newest" in " ".join(commands)
+    runs = {build_parser().parse_args(shlex.split(re.sub(r'"\$\(.*?\)"', "1", c))[3:]).report:
+            build_parser().parse_args(shlex.split(re.sub(r'"\$\(.*?\)"', "1", c))[3:])
+            for c in commands if c.startswith("python3 -m fuzz run ") and "--legacy" in c}
+    assert set(runs) == {"today-release.json", "today-main.json"}
+    assert runs["today-release.json"].legacy == "vllm==0.27.1"
+    assert runs["today-release.json"].optimized == "${{ steps.newest.outputs.side }}"
+    assert runs["today-main.json"].legacy == "vllm==0.27.1" and runs["today-main.json"].optimized == "vllm-main"
+    (trend,) = [c for c in commands if c.startswith("python3 -m fuzz trend ") and "today-release" in c]
+    args = build_parser().parse_args(shlex.split(trend)[3:])
+    assert args.reports[-1] == "today-release.json" and args.markdown == "today-trend.md"
+    assert 'cat today-release.md today-main.md >> "$GITHUB_STEP_SUMMARY"' in text
+    assert "name: nightly-today" in text and "--name nightly-today" in text
+
+
+def test_sources_list_newest_names_the_newest_shipped_release_as_a_side(capsys):
+    from fuzz.cli import main
+    from fuzz.releases.common import version_key
+
+    assert main(["sources", "list", "--newest"]) == 0
+    shipped = [p.name.removeprefix("vllm-") for p in (ROOT / "sources").glob("vllm-*")]
+    assert capsys.readouterr().out == f"vllm=={max(shipped, key=version_key)}\n"
