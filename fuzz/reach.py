@@ -331,7 +331,11 @@ def side_code(target: Any, side: str, config: Any) -> SideCode:
                 claims[copy_name] = origin  # what provenance verified it against wins over its name
     # In a side rebuilt from a source, a definition whose header is ADAPTED keeps the copy's text
     # (fuzz/releases/sidebuild.py): it is the harness' code, whatever the source says.
-    adapted_rows = CopyLines.from_text(text).adapted if spec != COPY else set()
+    # A source that holds the claimed files exactly as the release the copy was taken from (``--legacy
+    # vllm==0.27.1`` on legacy/) is what the copy stands for: its stand-ins count as the copy's do.
+    template = getattr(impl.module, "SYNCFUZZ_FORM", side)
+    adapted_rows = CopyLines.from_text(text).adapted if spec != COPY and not _as_copied(
+        target, template, source, config.sources) else set()
     stand_ins = {q for q in claims if names[q].first_line in adapted_rows}
     upstream_lines: dict[str, tuple[int, list[str]]] = {}
     if source is not None:
@@ -344,6 +348,18 @@ def side_code(target: Any, side: str, config: Any) -> SideCode:
                 upstream_lines[ref] = (span.start, parsed.lines[span.start - 1:span.end])
     _CODES[key] = SideCode(path, label, claims, upstream_lines, stand_ins)
     return _CODES[key]
+
+
+def _as_copied(target: Any, template: str, source: Any, search: Any) -> bool:
+    """Whether ``source`` holds every file of the target's claims as the release its ``template`` copy was
+    taken from does (the same text): a side rebuilt from it is the copy's code, stand-ins included."""
+    from fuzz.releases import base_source
+
+    if source is None or template not in SIDES:
+        return False
+    base = base_source(target.versions[SIDES.index(template)], search)
+    files = {ref.partition("::")[0] for ref in target.upstream}
+    return base is not None and all(source.read(path) == base.read(path) for path in files)
 
 
 MEASURE_ALL = 32  # calls per device and side traced from the start of a target's run (in each process)
