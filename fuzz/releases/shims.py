@@ -29,11 +29,15 @@ Text is only parsed, never run.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 MAX_HOPS = 8  # a chain of shims longer than this is refused (a cycle, or a mistake)
 _DELEGATES = {"__getattr__", "__dir__"}
+# A top-level definition other than the delegates: a real module, known without parsing it (every read of
+# every catalog file asks; most are large).
+_OWN_DEFINITION = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+(?!__getattr__\b|__dir__\b)\w", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ def candidate_paths(module: str) -> list[str]:
 def shim_target(text: str, path: str = "") -> str | None:
     """The dotted module ``text`` only re-exports, or None when it is not a compatibility shim
     (``path``, the file's own, resolves relative imports)."""
+    if _OWN_DEFINITION.search(text):
+        return None
     try:
         tree = ast.parse(text)
     except SyntaxError:

@@ -106,6 +106,9 @@ def run(tree: Path, tmp_path: Path, name: str) -> dict:
                "--max-examples", "20", *[a for t in TARGETS for a in ("--target", t)], "--confirm", "0",
                "--in-process", "--corpus", str(tmp_path / f"corpus-{name}"), "--report", str(report))
     assert done.returncode == 1, done.stdout + done.stderr  # the planted change diverges
+    if name == "shimmed":  # the side's line names each shim and the module read for it
+        assert (f"compatibility shims {GPU_SYNC_DEBUG} -> {MOVES[GPU_SYNC_DEBUG]}, {TORCH_UTILS} -> "
+                f"{MOVES[TORCH_UTILS]}") in done.stderr, done.stderr
     return json.loads(report.read_text())
 
 

@@ -118,6 +118,17 @@ def test_the_identity_names_both_paths_and_hashes_the_moved_modules_text(tmp_pat
     json.dumps(after)  # goes into reports and repro files as it is
 
 
+def test_a_module_that_keeps_a_definition_of_its_own_is_read_as_it_is(tmp_path):
+    """Half moved: it star-imports the new place but still defines async_tensor_h2d. Not a shim."""
+    root = plain_tree(tmp_path)
+    own = (root / TORCH_UTILS).read_text()
+    (root / TORCH_UTILS).write_text("from vllm.foundation.utilities.torch_utils import *  # noqa\n" + own)
+    tree = TreeSource(root)
+    found = tree.resolve(TORCH_UTILS)
+    assert not found.is_shim and found.path == TORCH_UTILS and tree.read(TORCH_UTILS) == tree.read_raw(TORCH_UTILS)
+    assert "shims" not in _identity(str(root), tree)
+
+
 def test_a_pack_written_from_a_shimmed_tree_holds_the_moved_modules_and_reads_the_same(tmp_path):
     shimmed = shimmed_tree(tmp_path, {TORCH_UTILS: "main-alias", GPU_SYNC_DEBUG: "star"})
     (shimmed / "vllm" / "_version.py").write_text('__version__ = version = "0.35.0.dev1"\n')
