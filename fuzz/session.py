@@ -155,7 +155,12 @@ def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEn
 
     for role in ("legacy", "optimized"):
         found = identity(getattr(config, role), config.sources)
-        detail = ", ".join(f"{k} {v}" for k, v in found.items() if k not in ("side", "kind", "files") and v)
+        detail = ", ".join(f"{k} {v}" for k, v in found.items()
+                           if k not in ("side", "kind", "files", "shims", "shim_problems") and v)
+        # A tree from vllm main: catalog paths that are compatibility shims, and the modules read for them.
+        shims = found.get("shims") or {}
+        if shims:
+            detail += ", compatibility shims " + ", ".join(f"{old} -> {new}" for old, new in shims.items())
         print(f"[fuzz] {role}: {getattr(config, role)} ({detail})", file=sys.stderr)
     out = []
     for target in targets:

@@ -4,6 +4,7 @@ The upstream-source tooling, one package; the rest of the engine imports only th
 (lint-imports checks it). Its modules, lowest first (no module imports one above it):
 
 * ``common``: constants and small helpers every module shares (the sides, the wheel cache);
+* ``shims``: compatibility shims (a module that only re-exports another) followed to their target;
 * ``sources``: a vllm release read as files -- a wheel, a tree, a local install (never imported);
 * ``matching``: a copy's lines found in order in their upstream definitions;
 * ``verify`` and ``drift``: every copy module checked against its release; what changed since;

@@ -35,6 +35,7 @@ from fuzz.releases.sources import (
     fetch_wheel,
     open_source,
     release_version,
+    resolved,
 )
 
 PACK_FORMAT = "syncfuzz-source-pack/1"
@@ -77,7 +78,7 @@ class PackSource(TreeSource):
         self.version = manifest["version"]
         self.label = f"source pack {folder}"
 
-    def read(self, path: str) -> str | None:
+    def read_raw(self, path: str) -> str | None:
         if path not in self.hashes:
             return None
         file = self.folder / path
@@ -159,23 +160,33 @@ def write_pack(source: Source, into: Path, paths: Sequence[str], origin: dict[st
     final = into / f"vllm-{source.version}"
     files: dict[str, str] = {}
     absent: list[str] = []
+    shims: dict[str, str] = {}
     with tempfile.TemporaryDirectory(dir=into, prefix=".pack-") as tmp:
         staging = Path(tmp) / final.name
         for path in paths:
-            text = source.read(path)
-            if text is None:
+            found = resolved(source, path)
+            if found.raw is None:
                 absent.append(path)  # a file a later release moved: the side build says so per target
                 continue
-            data = text.encode("utf-8")
-            (staging / path).parent.mkdir(parents=True, exist_ok=True)
-            (staging / path).write_bytes(data)
-            files[path] = sha256(data)
+            # A compatibility shim is kept as it is, with every module it leads to (fuzz/releases/shims.py),
+            # so the pack reads as the tree did: offline, a pack made from vllm main resolves the same.
+            chain = [*found.via, found.path] if found.is_shim else [path]
+            for hop in chain:
+                text = source.read_raw(hop) if hasattr(source, "read_raw") else source.read(hop)
+                if text is None or hop in files:
+                    continue
+                data = text.encode("utf-8")
+                (staging / hop).parent.mkdir(parents=True, exist_ok=True)
+                (staging / hop).write_bytes(data)
+                files[hop] = sha256(data)
+            if found.is_shim:
+                shims[path] = found.path
         license_text = _license(source)
         if license_text:
             (staging / "LICENSE").write_text(license_text, encoding="utf-8")
         manifest = {"format": PACK_FORMAT, "version": source.version, **origin,
                     "license": "Apache-2.0 (vLLM project; LICENSE beside this file)" if license_text else None,
-                    "files": files, "absent": absent}
+                    "files": files, "absent": absent, **({"shims": shims} if shims else {})}
         registry = source.read(REGISTRY)
         if registry:
             manifest["previously_supported_models"] = previously_supported_models(registry)
@@ -271,7 +282,9 @@ def cmd_sources(args: argparse.Namespace) -> int:
         manifest = read_manifest(folder)
         size = sum((folder / path).stat().st_size for path in manifest["files"])
         absent = f", {len(manifest['absent'])} absent in this release" if manifest["absent"] else ""
-        print(f"[sources] {folder}: {len(manifest['files'])} files, {size / 1e6:.2f} MB{absent}")
+        shims = manifest.get("shims") or {}
+        shimmed = f", {len(shims)} compatibility shims with the modules they point to" if shims else ""
+        print(f"[sources] {folder}: {len(manifest['files'])} files, {size / 1e6:.2f} MB{absent}{shimmed}")
     return 0
 
 

@@ -43,7 +43,8 @@ from fuzz.releases.matching import (
     walk_spans,
 )
 from fuzz.releases.merge3 import Conflict, merge3
-from fuzz.releases.sources import Source
+from fuzz.releases.shims import module_of
+from fuzz.releases.sources import Source, resolved
 
 MODULE_NAMES = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__"}
 
@@ -200,8 +201,10 @@ class _Puller:
     """
 
     def __init__(self, files: Sequence[UpstreamFile], bound: set[str], helpers: dict[str, tuple[str, set[str]]],
-                 stand_ins: dict[str, tuple[str, str]], package: str, module: str) -> None:
+                 stand_ins: dict[str, tuple[str, str]], package: str, module: str,
+                 moved: dict[str, str] | None = None) -> None:
         self.files = {f.path: f for f in files}
+        self.moved = moved or {}  # a module a shim points to -> the catalog module it stands for
         self.trees: dict[str, ast.Module] = {}
         self.bound = set(bound) | set(dir(builtins))
         self.helpers = helpers  # vllm dotted module -> (template module, names it defines)
@@ -251,6 +254,7 @@ class _Puller:
         if (module or "").split(".")[0] != "vllm":
             line = f"from {module} import {alias.name}" if isinstance(node, ast.ImportFrom) else f"import {module}"
             return self._add(name, line + suffix, None)
+        module = self.moved.get(module or "", module)
         if isinstance(node, ast.ImportFrom) and module in self.helpers:
             helper, defined = self.helpers[module]
             if alias.name in defined:
@@ -346,7 +350,9 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
         base_file, base_span = found
         hit = _find(new_files, span.qualname, span.kind, prefer=base_file.path)
         if hit is None:
-            build.failed[span.qualname] = f"{span.qualname} is not in {new.label} ({base_file.path})"
+            shim = resolved(new, base_file.path).problem
+            build.failed[span.qualname] = (f"{span.qualname} is not in {new.label} ({base_file.path})"
+                                           + (f": {shim}" if shim else ""))
             continue
         new_file, new_span = hit
         if span.kind == "class":
@@ -387,7 +393,8 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
     for first, end, merged, _, _ in sorted(replacements, reverse=True):
         lines[first - 1:end] = merged
     puller = _Puller(new_files, _bound_at_module_level(ast.parse("\n".join(lines))),
-                     helper_modules(template, skip=name), stand_ins(template), package, name)
+                     helper_modules(template, skip=name), stand_ins(template), package, name,
+                     moved_modules(new, paths))
     late: dict[str, str] = {}
     for _, _, merged, path, qualname in replacements:
         problem = puller.need("\n".join(merged), path)
@@ -403,6 +410,19 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
         build.pulled = list(puller.names)
     build.text = _point_imports("\n".join(_with_lazy_annotations(lines)) + "\n", template, package)
     return build, {}
+
+
+def moved_modules(source: Source, paths: Sequence[str]) -> dict[str, str]:
+    """Module a catalog path's compatibility shim points to -> the catalog path's module
+    (``vllm.foundation.utilities.torch_utils`` -> ``vllm.utils.torch_utils``): new text that imports
+    from the moved module is mapped as if it imported from the old path, which the copies stand for."""
+    found: dict[str, str] = {}
+    for path in paths:
+        hit = resolved(source, path)
+        if hit.is_shim and hit.text is not None:
+            for hop in [*hit.via[1:], hit.path]:
+                found.setdefault(module_of(hop), module_of(path))
+    return found
 
 
 def _point_imports(text: str, template: str, package: str) -> str:

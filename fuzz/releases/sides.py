@@ -40,7 +40,7 @@ from fuzz.releases.common import side_version, version_key
 from fuzz.releases.packs import SHIPPED_PACKS, catalog_paths, release_source
 from fuzz.releases.retired import Retirement, retirement
 from fuzz.releases.sidebuild import ModuleBuild, build_module, reach
-from fuzz.releases.sources import Source, open_source, release_version
+from fuzz.releases.sources import Source, open_source, release_version, resolved
 from fuzz.releases.verify import upstream_files_by_module
 from fuzz.targets import FORM_ATTRIBUTE, RELEASE_ATTRIBUTE, Target
 from fuzz.versions import DEFAULT_PAIR
@@ -117,15 +117,33 @@ def side_source(spec: str, search: Sequence[str] = (), flag: str = "side") -> Si
 
 def _identity(spec: str, source: Source) -> dict[str, Any]:
     """The side's name, version, where it was read and a sha256 per catalog file
-    (``None``: absent), so replay can name the file that changed."""
+    (``None``: absent), so replay can name the file that changed.
+
+    A catalog path that is a compatibility shim (fuzz/releases/shims.py) is hashed by the text of the
+    module it resolves to, so a change there is seen; ``shims`` names both paths (catalog path -> the
+    file read), and ``shim_problems`` why one could not be followed (then the shim's own text is hashed)."""
     files: dict[str, str | None] = {}
+    shims: dict[str, str] = {}
+    problems: dict[str, str] = {}
     for path in catalog_paths():
-        text = source.read(path)
+        found = resolved(source, path)
+        text = found.text if found.text is not None else found.raw
         files[path] = hashlib.sha256(text.encode()).hexdigest()[:16] if text is not None else None
-    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+        if found.is_shim:
+            shims[path] = found.path
+        if found.problem:
+            problems[path] = found.problem
+    hashed: dict[str, Any] = dict(files)
+    if shims:  # only then: the digest of a tree without shims is what it always was
+        hashed["<shims>"] = shims
+    digest = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:16]
     identity: dict[str, Any] = {"side": spec, "kind": "release" if release_version(spec) else "path",
                                 "version": source.version, "from": source.label,
                                 "files_sha256": digest, "files": files}
+    if shims:
+        identity["shims"] = shims
+    if problems:
+        identity["shim_problems"] = problems
     if identity["kind"] == "path":
         identity["git_commit"] = _git_commit(Path(spec))
     return identity

@@ -15,6 +15,7 @@ from fuzz.errors import UsageError
 from fuzz.releases.common import (
     INSTALLED,
 )
+from fuzz.releases.shims import Resolved, resolve
 
 # --------------------------------------------------------------------------- sources
 
@@ -26,10 +27,37 @@ class Source(Protocol):
     version: str | None
 
     def read(self, path: str) -> str | None:
-        """The text of ``vllm/...py``, or None when the file is not there."""
+        """The text of ``vllm/...py``, or None when the file is not there. A compatibility shim at
+        ``path`` (fuzz/releases/shims.py) reads as the module it points to."""
 
 
-class WheelSource:
+class ShimReading:
+    """What every source shares: ``read`` follows compatibility shims, ``read_raw`` does not.
+
+    One place resolves them, so the side builder, the change list, provenance, reach, replay's
+    file hashes and ``sources fetch`` all see the same text for a catalog path."""
+
+    def read_raw(self, path: str) -> str | None:  # pragma: no cover -- every source defines it
+        raise NotImplementedError
+
+    def resolve(self, path: str) -> Resolved:
+        """``path`` followed through shims: the text used, the file it came from, the shims passed."""
+        return resolve(self.read_raw, path)
+
+    def read(self, path: str) -> str | None:
+        return self.resolve(path).text
+
+
+def resolved(source: Source, path: str) -> Resolved:
+    """``source.resolve(path)`` for any source; one without shim reading (a test's) is read as it is."""
+    method = getattr(source, "resolve", None)
+    if method is not None:
+        return method(path)
+    text = source.read(path)
+    return Resolved(path, path, text, raw=text)
+
+
+class WheelSource(ShimReading):
     """Files read straight out of a wheel: no unpacking, no import."""
 
     def __init__(self, wheel: Path) -> None:
@@ -38,10 +66,10 @@ class WheelSource:
         except (OSError, zipfile.BadZipFile) as exc:
             raise UsageError(f"{wheel} is not a readable wheel ({exc}); pass a vllm .whl file") from exc
         self.label = str(wheel)
-        self.version = _version_from_wheel_name(wheel.name) or _version_from_text(self.read("vllm/_version.py"))
         self._texts: dict[str, str | None] = {}
+        self.version = _version_from_wheel_name(wheel.name) or _version_from_text(self.read_raw("vllm/_version.py"))
 
-    def read(self, path: str) -> str | None:
+    def read_raw(self, path: str) -> str | None:
         if path not in self._texts:
             try:
                 self._texts[path] = self._zip.read(path).decode("utf-8")
@@ -50,20 +78,20 @@ class WheelSource:
         return self._texts[path]
 
 
-class TreeSource:
+class TreeSource(ShimReading):
     """Files under a directory that holds the ``vllm/`` package."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.label = str(root)
-        self.version = _version_from_text(self.read("vllm/_version.py"))
+        self.version = _version_from_text(self.read_raw("vllm/_version.py"))
 
-    def read(self, path: str) -> str | None:
+    def read_raw(self, path: str) -> str | None:
         file = self.root / path
         return file.read_text(encoding="utf-8") if file.is_file() else None
 
 
-class TextSource:
+class TextSource(ShimReading):
     """In-memory files (tests, planted edits)."""
 
     def __init__(self, files: Mapping[str, str], version: str | None = None, label: str = "<memory>") -> None:
@@ -71,7 +99,7 @@ class TextSource:
         self.version = version
         self.label = label
 
-    def read(self, path: str) -> str | None:
+    def read_raw(self, path: str) -> str | None:
         return self.files.get(path)
 
 
