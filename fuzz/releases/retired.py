@@ -38,6 +38,7 @@ from fuzz.releases.packs import (
     previously_supported_models,
     search_folders,
 )
+from fuzz.releases.sources import resolved
 
 # A tree or a wheel may have moved a definition anywhere under vllm/: looked for in every file there
 # (only on this path: a target whose files are all gone, so the cost is paid for retired targets alone).
@@ -86,7 +87,9 @@ def retirement(upstream: Sequence[str], role: str, spec: str, source: Any, kind:
     ``kind`` is the side's identity kind (``release`` or ``path``); ``base`` the source its copy was taken
     from (the removed file's classes are read there, to match the registry's names)."""
     files = claimed_files(upstream)
-    if not files or any(source.read(path) is not None for path in files):
+    # A file that is there is not retired, whatever it reads as: a shim whose module is missing is a broken
+    # move (cannot-build, naming both paths), not a removal.
+    if not files or any(resolved(source, path).raw is not None for path in files):
         return None
     names = [name for found in files.values() for name in found]
     if _defined_elsewhere(source, names, set(files)):
