@@ -160,6 +160,10 @@ def change_coverage(config: Any, entries: Iterable[TargetEntry], targets: Mappin
                         # Lines of one side's file; the two sides' line numbers differ, so the count is
                         # per side, and the best side's is kept.
                         reached = max(reached, set(unit.get("reached", [])), key=len)
+                        if side in untaken and not changed_of[side]:  # nothing of this side changed
+                            untaken[side].seen = True
+                            untaken[side].arcs_known &= "reached_arcs" in unit
+                            continue
                         view = file_view(str(record.get("path") or "")) if side in untaken else None
                         if view is not None:
                             untaken[side].add(view, unit, change.qualname, text_of(side, change.path),

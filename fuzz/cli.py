@@ -290,7 +290,7 @@ def _apply_profile(args: argparse.Namespace) -> None:
         wanted = profile.get("coverage", False)
         if wanted == "with-sources":
             wanted = args.legacy != "copy" or args.optimized != "copy"
-        args.coverage = bool(wanted) or args.require_changes_covered
+        args.coverage = bool(wanted) or bool(args.require_changes_covered)
 
 
 def _validate_run(args: argparse.Namespace) -> None:

@@ -142,14 +142,25 @@ class DefinitionDiff:
 
 
 @functools.lru_cache(maxsize=64)
-def _module(text: str) -> tuple[dict[str, list[tuple[int, int, bool]]], dict[int, Tokens]]:
-    """qualname -> its spans (first line with decorators, last line, is a class); and the line tokens."""
+def _module(text: str) -> dict[str, list[tuple[int, int, bool]]]:
+    """qualname -> its spans (first line with decorators, last line, is a class)."""
     spans: dict[str, list[tuple[int, int, bool]]] = {}
     for node, qualname in walk_definitions(ast.parse(text).body, ""):
         start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
         spans.setdefault(qualname, []).append((start, node.end_lineno or node.lineno,
                                                isinstance(node, ast.ClassDef)))
-    return spans, _line_tokens(text)
+    return spans
+
+
+def _tokens_of(text: str | None, lines: Sequence[int]) -> dict[int, Tokens]:
+    """The tokens of ``lines`` of a module's text, by line number: the rows from the first to the last
+    tokenized together (a definition's span: a whole module costs a second or more a release diff)."""
+    if not text or not lines:
+        return {}
+    rows = text.splitlines()
+    first, last = min(lines), max(lines)
+    found = _line_tokens("\n".join(rows[first - 1:last]) + "\n")
+    return {first + n - 1: tokens for n, tokens in found.items()}
 
 
 def own_lines(text: str | None, qualname: str) -> list[int]:
@@ -157,7 +168,7 @@ def own_lines(text: str | None, qualname: str) -> list[int]:
     its methods and nested classes, which are definitions of their own."""
     if not text:
         return []
-    spans, _ = _module(text)
+    spans = _module(text)
     lines: set[int] = set()
     for start, end, is_class in spans.get(qualname, []):
         lines |= set(range(start, end + 1))
@@ -177,7 +188,8 @@ def definition_diff(old_text: str | None, new_text: str | None, qualname: str) -
     removed, added = changed_rows([old_rows[n - 1] for n in old_lines], [new_rows[n - 1] for n in new_lines])
     removed_lines = tuple(old_lines[i] for i in removed)
     added_lines = tuple(new_lines[j] for j in added)
-    old_tokens = _module(old_text)[1] if old_text else {}
-    new_tokens = _module(new_text)[1] if new_text else {}
+    # From the definition's first line: a changed line inside a docstring is then tokenized as a string.
+    old_tokens = _tokens_of(old_text, old_lines if removed_lines else [])
+    new_tokens = _tokens_of(new_text, new_lines if added_lines else [])
     reasons = reasons_of([old_tokens.get(n, []) for n in removed_lines], [new_tokens.get(n, []) for n in added_lines])
     return DefinitionDiff(removed_lines, added_lines, tuple(reasons))

@@ -262,3 +262,34 @@ def test_the_flag_parses_and_travels_in_the_config():
     with pytest.raises(ConfigError, match="require_changes_covered 'most'"):
         RunConfig.from_json({"require_changes_covered": "most"})
     assert [require_mode(v) for v in (False, True, "all", "sync")] == [None, "reached", "all", "sync"]
+
+
+def test_old_and_new_reports_load_in_merge_reports_and_trend(tmp_path, capsys):
+    """A report from before the sync-relevant mark (no sync fields, ``require_changes_covered: true``) and one
+    with them (``"sync"``) both merge and both feed ``trend``."""
+    from fuzz.cli import main
+    from fuzz.scope import run_scope
+
+    sides = {role: {"kind": "release", "version": v, "code_sha256": v}
+             for role, v in (("legacy", "0.28.0"), ("optimized", "0.34.0"))}
+    old = record()
+    for item in old["changed"]:
+        for key in ("sync_relevant", "sync", "changed_lines", "untaken"):
+            item.pop(key, None)
+    for key in ("sync_relevant", "sync_fuzzed", "require"):
+        old.pop(key)
+    paths = []
+    for name, flag, changes in (("old", True, {**old, "required": True}), ("new", "sync", record("sync"))):
+        config = RunConfig(targets=("t",), legacy="vllm==0.28.0", optimized="vllm==0.34.0", coverage=True,
+                           require_changes_covered=flag, run_id=uuid.uuid4().hex)
+        run = {**config.to_json(), "scope": run_scope(config, sides, None), "changes": changes,
+               "started": f"2026-12-0{len(paths) + 1}T00:00:00+00:00"}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(Report(report(changes).targets, run=run).to_json()))
+        out = tmp_path / f"{name}-merged.json"
+        assert main(["merge-reports", str(out), str(path)]) == 3  # each is incomplete under its flag
+        merged = Report.from_json(json.loads(out.read_text()), name)
+        assert merged.changes_not_covered() == ([QUIET_REF] if name == "old" else [SYNC_REF])
+        paths.append(str(path))
+    capsys.readouterr()
+    assert main(["trend", *paths]) == 0
