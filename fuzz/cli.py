@@ -175,9 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--coverage", action=argparse.BooleanOptionalAction, default=None,
                      help="measure the lines and branches each side ran (docs/reach.md; default: on for "
                           "--profile nightly, and for --profile premerge with a side from a source; off otherwise)")
-    run.add_argument("--require-changes-covered", action="store_true",
+    run.add_argument("--require-changes-covered", nargs="?", const=True, default=False, type=_require_changes,
+                     metavar="reached|all|sync",
                      help="with sides from sources: a changed definition that no target reached makes the run "
-                          "incomplete (exit 3); implies --coverage")
+                          "incomplete (exit 3); =all also a changed branch no example took in a definition that "
+                          "ran; =sync as =all, for the sync-relevant definitions only (docs/reach.md); the flag "
+                          "alone is =reached; implies --coverage")
 
     selftest = commands.add_parser("selftest", help="mutate the optimized copies and measure the kill rate")
     selftest.add_argument("--target", action="append", default=[], metavar="NAME")
@@ -254,6 +257,22 @@ PROFILES = {
 }
 
 
+def _cmd_coverage(args: argparse.Namespace) -> int:
+    """``fuzz coverage``; with ``--changes`` it prints each untaken changed line's text from the side's source."""
+    from fuzz.changes import open_side_source
+
+    return cmd_coverage(args, open_side_source)
+
+
+def _require_changes(value: str) -> bool | str:
+    """--require-changes-covered=MODE as RunConfig keeps it: "reached" is the flag alone (True)."""
+    if value == "reached":
+        return True
+    if value not in ("all", "sync"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of reached, all, sync")
+    return value
+
+
 def _apply_profile(args: argparse.Namespace) -> None:
     profile = PROFILES.get(args.profile or "", {})
     if args.seed is None and "seed" in profile:
@@ -271,7 +290,7 @@ def _apply_profile(args: argparse.Namespace) -> None:
         wanted = profile.get("coverage", False)
         if wanted == "with-sources":
             wanted = args.legacy != "copy" or args.optimized != "copy"
-        args.coverage = bool(wanted) or args.require_changes_covered
+        args.coverage = bool(wanted) or bool(args.require_changes_covered)
 
 
 def _validate_run(args: argparse.Namespace) -> None:
@@ -571,7 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "trend": cmd_trend,
                     "selftest": cmd_selftest, "provenance": cmd_provenance,
                     "sources": cmd_sources, "new-target": cmd_new_target,
-                    "coverage": cmd_coverage}
+                    "coverage": _cmd_coverage}
         return commands[args.command](args)
     except HarnessError as exc:
         print(f"fuzz: internal error (a fuzzer bug, please report it): {exc}", file=sys.stderr)

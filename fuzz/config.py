@@ -27,6 +27,7 @@ from fuzz.targets import CONTRACTS
 
 SYNC_BUDGET_MODES = ("auto", "apply", "ignore")  # RunConfig.sync_budget, --sync-budget (fuzz/syncrule.py)
 GPU_SHARE_MODES = ("auto", "mps", "off")  # RunConfig.gpu_share, --gpu-share (fuzz/gpushare.py)
+REQUIRE_CHANGES_MODES = ("all", "sync")  # RunConfig.require_changes_covered as a string (True: the flag alone)
 
 
 class ConfigError(UsageError):
@@ -47,8 +48,10 @@ class RunConfig:
     corpus: str | None = None  # Hypothesis database, failures/, journal/ (None: nothing saved)
     stress: bool = False  # async-hazard stress mode (fuzz/stress.py)
     coverage: bool = False  # measure what each side ran (fuzz/reach.py, docs/reach.md)
-    # The changed definitions no target reached make the run incomplete (exit 3; docs/reach.md).
-    require_changes_covered: bool = False
+    # --require-changes-covered[=MODE] (docs/reach.md): False (not asked), True (the flag alone: the changed
+    # definitions no target reached make the run incomplete, exit 3), "all" (also a changed branch no example
+    # took in a definition that ran), "sync" (as "all", for the sync-relevant definitions only).
+    require_changes_covered: bool | str = False
     upstream: bool = False  # the real vllm as a third side (fuzz/upstream.py)
     confirm: int = 3  # fresh-process replays of each failure before it is reported
     isolated: bool = True  # examples run in watched worker processes (fuzz/isolation.py)
@@ -105,6 +108,9 @@ class RunConfig:
         if self.sync_budget not in SYNC_BUDGET_MODES:
             raise ConfigError(f"{where}: sync_budget {self.sync_budget!r} is not one of "
                               f"{', '.join(SYNC_BUDGET_MODES)}")
+        if isinstance(self.require_changes_covered, str) and self.require_changes_covered not in REQUIRE_CHANGES_MODES:
+            raise ConfigError(f"{where}: require_changes_covered {self.require_changes_covered!r} is not true, false "
+                              f"or one of {', '.join(REQUIRE_CHANGES_MODES)}")
         if self.gpu_share not in GPU_SHARE_MODES:
             raise ConfigError(f"{where}: gpu_share {self.gpu_share!r} is not one of {', '.join(GPU_SHARE_MODES)}")
 

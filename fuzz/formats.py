@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 
 from fuzz.machine import gpu_clauses, report_machines, sharing_clause
 from fuzz.model import Failure, Report
-from fuzz.reachdata import merged_changes
+from fuzz.reachdata import change_line, merged_changes, uncovered, untaken_text
 from fuzz.report import consumer_column, reach_column, report_notes, retired_reason, rows, sync_column
 from fuzz.verdicts import CANNOT_BUILD, FUZZER_ERROR, RETIRED, SAME_CODE, UNREACHED, UNTESTED
 
@@ -108,12 +108,19 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
     lines += _machine_section(report.run)
     changes = merged_changes(report)
     if changes and changes.get("changed"):
-        lines += ["", "## Changed definitions", "", "| definition | change | targets that ran it | lines reached |",
-                  "|---|---|---|---|"]
-        for change in changes["changed"]:
+        # The sync-relevant ones first (fuzz/syncdiff.py); the changed code a fuzzed one left untaken, the first
+        # few a side (python -m fuzz coverage REPORT --changes and the HTML list all).
+        lines += ["", "## Changed definitions", "",
+                  "| definition | change | sync-relevant | targets that ran it | lines reached "
+                  "| changed code not taken |",
+                  "|---|---|---|---|---|---|"]
+        for change in sorted(changes["changed"], key=lambda c: not c.get("sync_relevant")):
             ran = ", ".join(change["targets"]) or "**not covered**"
             reached = f"{change['reached']}/{change['lines']}" if change["targets"] else "-"
-            lines.append(f"| `{change['ref']}` | {change['change']} | {ran} | {reached} |")
+            sync = ("yes: " + ", ".join(change.get("sync", []))) if change.get("sync_relevant") else \
+                ("no" if "sync_relevant" in change else "-")
+            gap = untaken_text(change, SHOWN_UNTAKEN) or "-"
+            lines.append(f"| `{change['ref']}` | {change['change']} | {sync} | {ran} | {reached} | {gap} |")
     if images or notes:
         lines += ["", "## Charts", ""]
         for title, file in (images or {}).items():
@@ -132,6 +139,9 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
             lines.append(f"  - replay: `python -m fuzz replay {failure.repro}`")
     lines += ["", f"exit code {report.exit_code()}"]
     return "\n".join(lines) + "\n"
+
+
+SHOWN_UNTAKEN = 4  # changed lines and branches not taken a side in the Markdown table (the HTML lists all)
 
 
 def junit_xml(report: Report) -> str:
@@ -183,13 +193,22 @@ def junit_xml(report: Report) -> str:
         tests += 1
         case = ET.SubElement(suite, "testcase", classname="syncfuzz.changes", name="changed definitions reached",
                              time="0")
-        missing = changes.get("not_covered", [])
-        if missing and changes.get("required"):
+        missing, branches = uncovered(changes)  # under --require-changes-covered[=MODE] only
+        if missing or branches:
             failures += 1
-            ET.SubElement(case, "failure", message=f"{len(missing)} changed definitions no target reached").text = \
-                "\n".join(missing)
+            what = [f"{len(missing)} changed definitions no target reached"] if missing else []
+            what += [f"{len(branches)} with a changed branch no example took"] if branches else []
+            ET.SubElement(case, "failure", message="; ".join(what)).text = "\n".join([*missing, *branches])
+
+        def about(c: Mapping[str, Any]) -> str:
+            text = f"{c['ref']} ({c['change']}"
+            text += f"; sync-relevant: {', '.join(c.get('sync', []))})" if c.get("sync_relevant") else ")"
+            text += ": " + (", ".join(c["targets"]) or "not covered")
+            gap = untaken_text(c)
+            return text + (f"; not taken: {gap}" if gap else "")
+
         ET.SubElement(case, "system-out").text = "\n".join(
-            f"{c['ref']} ({c['change']}): " + (", ".join(c["targets"]) or "not covered") for c in changes["changed"])
+            [change_line(changes) or "", *(about(c) for c in changes["changed"])])
     suite.set("tests", str(tests))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

@@ -16,7 +16,7 @@ from typing import Any
 from fuzz.charts import report_charts, svg_for_html
 from fuzz.machine import machine_lines, report_machines
 from fuzz.model import Failure, Report, TargetEntry
-from fuzz.reachdata import merged_changes
+from fuzz.reachdata import change_line, merged_changes, untaken_text
 from fuzz.report import SUMMARY_HEADER, closing_line, failure_lines, report_notes, summary_rows
 from fuzz.verdicts import CRASH_VERDICTS
 
@@ -130,14 +130,18 @@ def _changes(report: Report) -> str:
     if not changes or not changes.get("changed"):
         return ""
     out = [f"<h2>Changed definitions ({len(changes['changed'])})</h2>",
-           "<table><thead><tr><th>definition</th><th>change</th><th>targets that ran it</th>"
-           "<th>lines reached</th></tr></thead><tbody>"]
-    for change in changes["changed"]:
+           f"<p>{_e(change_line(changes) or '')}</p>",
+           "<table><thead><tr><th>definition</th><th>change</th><th>sync-relevant</th><th>targets that ran it</th>"
+           "<th>lines reached</th><th>changed code not taken (each side's source lines)</th></tr></thead><tbody>"]
+    for change in sorted(changes["changed"], key=lambda c: not c.get("sync_relevant")):
         ran = ", ".join(change["targets"])
         reached = f"{change['reached']}/{change['lines']}" if change["targets"] else "-"
         mark = "" if ran else ' class="new"'  # not covered: as a new failure is marked
-        out.append(f"<tr><td>{_e(change['ref'])}</td><td>{_e(change['change'])}</td>"
-                   f"<td{mark}>{_e(ran or 'not covered')}</td><td>{_e(reached)}</td></tr>")
+        sync = ("yes: " + ", ".join(change.get("sync", []))) if change.get("sync_relevant") else \
+            ("no" if "sync_relevant" in change else "-")
+        out.append(f"<tr><td>{_e(change['ref'])}</td><td>{_e(change['change'])}</td><td>{_e(sync)}</td>"
+                   f"<td{mark}>{_e(ran or 'not covered')}</td><td>{_e(reached)}</td>"
+                   f"<td>{_e(untaken_text(change) or '-')}</td></tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
 

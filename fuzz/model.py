@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fuzz.errors import UsageError
-from fuzz.reachdata import add_reach, read_reach, unreached_side
+from fuzz.reachdata import add_reach, merged_changes, read_reach, uncovered, unreached_side
 from fuzz.reachdata import same_code as reach_same_code
 from fuzz.verdicts import (
     CRASH_VERDICTS,
@@ -513,14 +513,12 @@ class Report:
         return [(e.name, d) for e in self.targets for d in e.unreached_devices()]
 
     def changes_not_covered(self) -> list[str]:
-        """Under ``--require-changes-covered``: the changed definitions no target reached (docs/reach.md)."""
-        runs = [run for run in (self.run.get("merged_from") or [self.run]) if isinstance(run, Mapping)]
-        records = [run["changes"] for run in runs if isinstance(run.get("changes"), Mapping)]
-        if not any(record.get("required") for record in records):
-            return []
-        # Shards split the targets: a definition one shard reached is covered.
-        missing = [set(record.get("not_covered", [])) for record in records]
-        return sorted(set.intersection(*missing)) if missing else []
+        """Under ``--require-changes-covered[=MODE]``: the changed definitions not covered (docs/reach.md): no
+        target reached them; under ``all`` and ``sync`` also those that ran but left a changed branch untaken
+        (``sync``: the sync-relevant ones only). Shards split the targets: what one shard reached or took is
+        covered."""
+        missing, branches = uncovered(merged_changes(self))
+        return sorted(set(missing) | set(branches))
 
     def cannot_build(self) -> list[tuple[str, str]]:
         """(target, why) for targets a side's source could not be built into (retired ones are not)."""

@@ -260,10 +260,59 @@ class SideCode:
                 unit["reached"] = sorted(own & reached_lines)
                 unit["reached_arcs"] = sorted([list(a) for a in reached_arcs if list(a) in unit["arcs"]])
             definitions[qualname] = unit
-        executed = {q: {"digest": self.defs[q].digest, "lines": len(body), "reached": sorted(body & reached_lines)}
+        # The branches each executed function took (its own arcs out of lines with more than one exit): the
+        # change's coverage lists the changed ones no example took (fuzz/changes.py).
+        executed = {q: {"digest": self.defs[q].digest, "lines": len(body), "reached": sorted(body & reached_lines),
+                        "reached_arcs": sorted([list(a) for a in reached_arcs
+                                                if a[0] in body and a in self.all_arcs])}
                     for q, body in self.bodies.items() if body & reached_lines}
         return {"file": self.label, "path": self.path, "definitions": definitions,
                 "executed": dict(sorted(executed.items()))}
+
+
+class FileView:
+    """A measured file cut for the change's coverage (fuzz/changes.py): its rows, statements (coverage.py's),
+    the statement each row belongs to, its branch arcs, and each function's body statements."""
+
+    def __init__(self, path: str) -> None:
+        import ast
+
+        from coverage.python import PythonFileReporter
+
+        from fuzz.codediff import definitions, walk_definitions
+
+        with open(path, encoding="utf-8") as handle:
+            self.text = handle.read()
+        self.rows = self.text.splitlines()
+        reporter = _REPORTERS.get(path) or _REPORTERS.setdefault(
+            path, PythonFileReporter(path, coverage=_reporting_settings()))
+        self.statements = set(reporter.lines())
+        self.multiline = dict(reporter.multiline_map())
+        branch_lines = {line for line, n in reporter.exit_counts().items() if n > 1}
+        self.branch_arcs = {arc for arc in reporter.arcs() if arc[0] in branch_lines}
+        self.defs = definitions(self.text)
+        self.bodies: dict[str, set[int]] = {}
+        for node, qualname in walk_definitions(ast.parse(self.text).body, ""):
+            if not isinstance(node, ast.ClassDef):
+                first = node.body[0].lineno if node.body else node.lineno
+                self.bodies[qualname] = self.bodies.get(qualname, set()) | {
+                    line for line in self.statements if first <= line <= (node.end_lineno or first)}
+
+    def statement(self, line: int) -> int:
+        return self.multiline.get(line, line)
+
+
+_VIEWS: dict[str, FileView | None] = {}
+
+
+def file_view(path: str) -> FileView | None:
+    """The file a side record measured, cut once per process; None when it is not here or not Python."""
+    if path not in _VIEWS:
+        try:
+            _VIEWS[path] = FileView(path)
+        except (OSError, SyntaxError, ValueError):
+            _VIEWS[path] = None
+    return _VIEWS[path]
 
 
 _CODES: dict[tuple[str, str, tuple[str, ...]], SideCode] = {}

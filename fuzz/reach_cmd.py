@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from fuzz.errors import UsageError
 
@@ -25,6 +25,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cover.add_argument("--device", choices=("cpu", "cuda"), help="only this device")
     cover.add_argument("--side", choices=("legacy", "optimized"), help="only this side")
     cover.add_argument("--all", action="store_true", help="also list the definitions every line of which ran")
+    cover.add_argument("--changes", action="store_true",
+                       help="instead: the change's coverage (a run with a side from a source): every changed "
+                            "definition, sync-relevant first, and the changed lines and branches no example took")
 
 
 def _source_rows(record: Mapping[str, Any], qualname: str, digest: str | None) -> tuple[list[str] | None, str]:
@@ -123,10 +126,61 @@ def coverage_lines(report: Any, targets: list[str], device: str | None, side: st
     return out
 
 
-def cmd_coverage(args: argparse.Namespace) -> int:
+def change_lines(report: Any, side: str | None, show_all: bool = False,
+                 open_source: Callable[[str, str, list[str]], Any] | None = None) -> list[str]:
+    """``--changes``: the change's coverage in full (docs/reach.md, "The change's coverage"). ``open_source``
+    (spec, role, source folders) opens a side's source to print each line's text (the CLI passes
+    fuzz.changes' opener: this layer does not import the release tooling); without it, or where it fails,
+    line numbers only."""
+    from fuzz.reachdata import change_line, merged_changes, untaken_text
+
+    changes = merged_changes(report)
+    if not changes:
+        raise UsageError("the report has no change's coverage: it comes from a run whose sides were both the "
+                         "copies; run with --legacy/--optimized a release or a path")
+    out = [change_line(changes) or ""]
+    sources: dict[str, Any] = {}
+    for change in sorted(changes.get("changed", []), key=lambda c: not c.get("sync_relevant")):
+        gap = untaken_text(change)
+        if not show_all and not gap and not (change.get("sync_relevant") and not change.get("targets")):
+            continue
+        sync = f"; sync-relevant: {', '.join(change.get('sync', []))}" if change.get("sync_relevant") else ""
+        ran = ", ".join(change.get("targets", [])) or "NOT COVERED: no target ran it"
+        out.append(f"{change['ref']} ({change['change']}{sync}): {ran}")
+        for role, found in (change.get("untaken") or {}).items():
+            if side and role != side:
+                continue
+            spec = str(changes.get(role))
+            arcs = f", branches {len(found.get('arcs', []))}/{found['branches']} not taken" if "arcs" in found else ""
+            out.append(f"  {role} ({spec}): changed lines {len(found.get('lines', []))}/{found.get('statements', 0)} "
+                       f"not run{arcs}")
+            if found.get("lines"):
+                if role not in sources:
+                    try:
+                        sources[role] = open_source(spec, role, list(report.run.get("sources") or [])) \
+                            if open_source else None
+                    except Exception:  # noqa: BLE001 -- line numbers alone then
+                        sources[role] = None
+                try:
+                    text = sources[role].read(change["path"]) if sources[role] is not None else None
+                except Exception:  # noqa: BLE001
+                    text = None
+                rows = text.splitlines() if text else []
+                for line in found["lines"]:
+                    out.append(f"    {line:<6} {rows[line - 1].strip() if line <= len(rows) else ''}")
+            if found.get("arcs"):
+                out.append("    branches not taken: " + ", ".join(_arc(a) for a in found["arcs"]))
+    return out
+
+
+def cmd_coverage(args: argparse.Namespace, open_source: Callable[[str, str, list[str]], Any] | None = None) -> int:
     from fuzz.merge import read_report
 
     report = read_report(args.report)
+    if args.changes:
+        for line in change_lines(report, args.side, args.all, open_source):
+            print(line)
+        return EXIT_OK
     lines = coverage_lines(report, args.target, args.device, args.side, args.all)
     for line in lines or ["every line and branch of every claimed definition ran"]:
         print(line)

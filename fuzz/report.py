@@ -13,7 +13,7 @@ from typing import Any, Callable, TextIO
 
 from fuzz.machine import machine_lines, report_machines
 from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Report, TargetEntry
-from fuzz.reachdata import line_counts, percent, unreached, unreached_side
+from fuzz.reachdata import line_counts, merged_changes, percent, uncovered, unreached, unreached_side
 from fuzz.verdicts import CRASH_VERDICTS, SAME_CODE, SKIPPED, UNREACHED, UNTESTED
 
 
@@ -182,7 +182,12 @@ def closing_line(report: Report) -> str:
         if code == EXIT_INCOMPLETE and report.upstream_not_compared():
             meaning += " (--upstream compared no target with the real vllm)"
         if code == EXIT_INCOMPLETE and report.changes_not_covered():
-            meaning += f" ({len(report.changes_not_covered())} changed definitions no target reached)"
+            missing, branches = uncovered(merged_changes(report))
+            sync = " sync-relevant" if (merged_changes(report) or {}).get("require") == "sync" else ""
+            parts_ = [f"{len(missing)}{sync} changed definitions no target reached"] if missing else []
+            parts_ += [f"{len(branches)}{sync} changed definitions with a changed branch no example took"] \
+                if branches else []
+            meaning += f" ({'; '.join(parts_)})"
     return f"result: {', '.join(parts)}; exit {code}: {meaning}"
 
 
@@ -235,7 +240,7 @@ def item_line(key: str, entry: TargetEntry) -> str:
 def report_notes(report: Report) -> list[str]:
     """The lines under the table that speak for the whole run: what was reached, the change's coverage,
     which rule judged syncs where it is not the copies' budget, and the machine's use (fuzz/machine.py)."""
-    from fuzz.reachdata import change_line, merged_changes
+    from fuzz.reachdata import change_line
 
     notes = []
     measured = [e for e in report.targets if e.reach]

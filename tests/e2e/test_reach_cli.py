@@ -210,6 +210,16 @@ def from_sources(tmp_path_factory):
     return plain, required
 
 
+@pytest.fixture(scope="module")
+def sync_required(tmp_path_factory):
+    """0.28.0 -> 0.33.0 with fla-chunk-indices, the target that runs prepare_chunk_indices (sync-relevant:
+    its async_tensor_h2d call changed), under --require-changes-covered=sync."""
+    needs_packs("0.28.0", "0.33.0")
+    folder = tmp_path_factory.mktemp("sync")
+    return fuzz_run(folder, *SIDES_ARGS, "--target", "fla-chunk-indices", "--require-changes-covered=sync",
+                    name="sync")
+
+
 def test_sides_from_sources_list_the_changed_definitions(from_sources):
     (code, out, err, report), _ = from_sources
     found = json.loads(report.read_text())
@@ -218,19 +228,25 @@ def test_sides_from_sources_list_the_changed_definitions(from_sources):
     assert changes["legacy"] == "vllm==0.28.0" and changes["optimized"] == "vllm==0.33.0"
     assert changes["required"] is False and changes["measured"] is True
     listed = changes["changed"]
-    assert listed and all({"path", "qualname", "change", "line", "ref", "targets", "lines", "reached"} <= set(c)
-                          for c in listed)
+    assert listed and all({"path", "qualname", "change", "line", "ref", "targets", "lines", "reached",
+                           "sync_relevant", "sync", "changed_lines"} <= set(c) for c in listed)
     assert all(c["ref"] == f"{c['path']}::{c['qualname']}" for c in listed)
     assert all(c["change"] in ("changed", "added", "removed") for c in listed)
     # prepare_chunk_indices changed between these releases, and fla-chunk-offsets does not run it.
     refs = {c["ref"]: c for c in listed}
     assert refs[f"{INDEX}::prepare_chunk_indices"]["change"] == "changed"
     assert refs[f"{INDEX}::prepare_chunk_indices"]["targets"] == []
+    # Its diff changes the async_tensor_h2d call (fuzz/syncdiff.py): sync-relevant, and the footer says so.
+    assert refs[f"{INDEX}::prepare_chunk_indices"]["sync"] == ["non_blocking", "async_tensor_h2d"]
+    assert changes["sync_relevant"] == sum(c["sync_relevant"] for c in listed) >= 1
+    assert changes["require"] is None
     assert changes["not_covered"] == [c["ref"] for c in listed if not c["targets"]]
     assert f"{INDEX}::prepare_chunk_indices" in changes["not_covered"]
     assert changes["fuzzed"] == len([c for c in listed if c["targets"]])
-    assert any(line.startswith(f"changed: {len(listed)} definitions between vllm==0.28.0 and vllm==0.33.0")
-               for line in out.splitlines())
+    sync = [c for c in listed if c["sync_relevant"]]
+    head = (f"changed: {len(listed)} definitions between vllm==0.28.0 and vllm==0.33.0; sync-relevant {len(sync)} "
+            f"(fuzzed {sum(bool(c['targets']) for c in sync)}); other {len(listed) - len(sync)} (fuzzed ")
+    assert any(line.startswith(head) for line in out.splitlines()), out
 
 
 def test_without_the_flag_not_covered_changes_do_not_fail_the_run(from_sources):
@@ -240,11 +256,13 @@ def test_without_the_flag_not_covered_changes_do_not_fail_the_run(from_sources):
     assert code != 3 or found.untested() or found.unreached()
     markdown = report.with_suffix(".md").read_text()
     assert "## Changed definitions" in markdown
-    assert f"| `{INDEX}::prepare_chunk_indices` | changed | **not covered** | - |" in markdown
+    assert (f"| `{INDEX}::prepare_chunk_indices` | changed | yes: non_blocking, async_tensor_h2d | **not covered** "
+            "| - | - |") in markdown
     suite = ET.fromstring(report.with_suffix(".xml").read_text())
     cases = [c for c in suite.iter("testcase") if c.get("classname") == "syncfuzz.changes"]
     assert len(cases) == 1 and cases[0].find("failure") is None
-    assert f"{INDEX}::prepare_chunk_indices (changed): not covered" in cases[0].find("system-out").text
+    assert (f"{INDEX}::prepare_chunk_indices (changed; sync-relevant: non_blocking, async_tensor_h2d): not covered"
+            in cases[0].find("system-out").text)
 
 
 def test_with_require_changes_covered_a_not_covered_change_exits_3(from_sources):
@@ -252,7 +270,7 @@ def test_with_require_changes_covered_a_not_covered_change_exits_3(from_sources)
     found = json.loads(report.read_text())
     assert code == 3 == found["exit_code"], err
     changes = found["run"]["changes"]
-    assert changes["required"] is True and changes["not_covered"]
+    assert changes["required"] is True and changes["require"] == "reached" and changes["not_covered"]
     assert Report.from_json(found, "required").changes_not_covered() == sorted(changes["not_covered"])
     closing = out.strip().splitlines()[-1]
     assert closing.startswith("result: ") and "exit 3" in closing
@@ -265,6 +283,40 @@ def test_with_require_changes_covered_a_not_covered_change_exits_3(from_sources)
     assert f"{INDEX}::prepare_chunk_indices" in failure.text.splitlines()
     assert int(suite.get("failures")) >= 1
     assert "## Changed definitions" in report.with_suffix(".md").read_text()
+
+
+def test_require_sync_counts_only_the_sync_relevant_and_their_untaken_changed_branches(sync_required):
+    """--require-changes-covered=sync: the other changed definitions no target reached do not count; the
+    sync-relevant ones do, and so does a changed branch of one that ran but no example took."""
+    code, out, err, report = sync_required
+    found = json.loads(report.read_text())
+    changes = found["run"]["changes"]
+    assert changes["require"] == "sync" and found["run"]["require_changes_covered"] == "sync"
+    listed = {c["ref"]: c for c in changes["changed"]}
+    ran = listed[f"{INDEX}::prepare_chunk_indices"]
+    assert ran["sync_relevant"] and ran["targets"] == ["fla-chunk-indices"]
+    assert set(ran["untaken"]) == {"legacy", "optimized"}
+    assert all({"statements", "lines", "branches", "arcs"} <= set(side) for side in ran["untaken"].values())
+    others = [ref for ref, c in listed.items() if not c["targets"] and not c["sync_relevant"]]
+    assert others  # not covered, yet not counted under =sync
+    loaded = Report.from_json(found, "sync")
+    expected = sorted([ref for ref, c in listed.items() if c["sync_relevant"] and not c["targets"]]
+                      + [ref for ref, c in listed.items() if c["sync_relevant"] and c["targets"]
+                         and any(side.get("arcs") for side in c["untaken"].values())])
+    assert loaded.changes_not_covered() == expected
+    assert not set(others) & set(loaded.changes_not_covered())
+    assert code == found["exit_code"] == (3 if expected else code), err
+    if expected:
+        assert "sync-relevant changed definitions" in out.strip().splitlines()[-1]
+    # The full list of the changed code no example took.
+    listed_code, listing, listing_err = run_main(["coverage", str(report), "--changes", "--all"])
+    assert listed_code == 0, listing_err
+    assert listing.startswith("changed: ")
+    assert (f"{INDEX}::prepare_chunk_indices (changed; sync-relevant: non_blocking, async_tensor_h2d): "
+            "fla-chunk-indices") in listing.splitlines()
+    untaken = ran["untaken"]["optimized"]
+    assert (f"  optimized (vllm==0.33.0): changed lines {len(untaken['lines'])}/{untaken['statements']} not run, "
+            f"branches {len(untaken['arcs'])}/{untaken['branches']} not taken") in listing.splitlines()
 
 
 def test_a_change_a_target_ran_is_covered(tmp_path):
@@ -282,8 +334,11 @@ def test_a_change_a_target_ran_is_covered(tmp_path):
     assert f"{INDEX}::prepare_chunk_offsets" not in changes["not_covered"]
     assert changes["fuzzed"] >= 1 and changes["lines"] >= covered["lines"]
     markdown = report.with_suffix(".md").read_text()
-    assert (f"| `{INDEX}::prepare_chunk_offsets` | changed | fla-chunk-offsets | "
-            f"{covered['reached']}/{covered['lines']} |") in markdown
+    assert (f"| `{INDEX}::prepare_chunk_offsets` | changed | no | fla-chunk-offsets | "
+            f"{covered['reached']}/{covered['lines']} | - |") in markdown
+    # It ran: each side's changed code, all taken.
+    assert set(covered["untaken"]) == {"legacy", "optimized"}
+    assert all(found["lines"] == [] and found["arcs"] == [] for found in covered["untaken"].values())
 
 
 # --------------------------------------------------------------------------- merge-reports adds reach up

@@ -298,10 +298,13 @@ def test_changes_not_covered_only_when_required():
     assert Report((entry(differing()),), run={"changes": changes}).exit_code() == 0
     required = Report((entry(differing()),), run={"changes": {**changes, "required": True}})
     assert required.changes_not_covered() == ["vllm/x.py::f"] and required.exit_code() == 3
-    # Shards: a definition one shard reached is covered.
+    # Shards: a definition one shard reached is covered. (Each shard lists every changed definition, with
+    # the targets of its own that ran it: the merge reads the lists, not the not_covered summaries.)
+    f, g = {"ref": "vllm/x.py::f", "targets": []}, {"ref": "vllm/x.py::g", "targets": []}
     merged = Report((entry(differing()),), run={"merged_from": [
-        {"changes": {**changes, "required": True, "not_covered": ["vllm/x.py::f", "vllm/x.py::g"]}},
-        {"changes": {**changes, "required": True, "not_covered": ["vllm/x.py::g"]}}]})
+        {"changes": {"changed": [f, g], "required": True, "not_covered": ["vllm/x.py::f", "vllm/x.py::g"]}},
+        {"changes": {"changed": [{**f, "targets": ["t"]}, g], "required": True,
+                     "not_covered": ["vllm/x.py::g"]}}]})
     assert merged.changes_not_covered() == ["vllm/x.py::g"]
 
 
