@@ -40,6 +40,17 @@ Two input models:
   half-token counts: the host ``valid_canvas_len_np`` then sums to more than
   the device ``valid_canvas_len`` (``astype(np.int64)`` truncates, a count of
   0.5 becomes a device repeat of 0), i.e. host and device copies disagree.
+  Sides rebuilt from later releases are called their release's way
+  (``sampler_convention``, checked by ``fits``): 0.31.0 sizes tiles by
+  ``torch.accelerator.get_memory_info()`` (stood in during the call) over 3
+  fp32 copies per request (0.34.0: 5, 0.28.0: 10 through
+  ``current_platform``), reads ``logprob_token_ids_state`` (``NoTokenIdLogprobs``:
+  no request asks for token ids) and, from 0.33.0, gets the vocabulary size in
+  ``get_top_k_top_p``; 0.34.0 takes ``hidden_states`` plus a per-tile
+  ``compute_logits`` (``IdentityHead``: the hidden states are the same logits),
+  and its per-tile top-k/top-p calls are folded into the single call of the
+  earlier releases (``fold_tile_calls``). The logprob requests above reach
+  every convention. docs/findings/drift.md F19: what differs from 0.31.0 on.
 """
 
 from __future__ import annotations

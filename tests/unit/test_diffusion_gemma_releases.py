@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, find, settings
 
 from fuzz.api import RELEASE_ATTRIBUTE, Impl
 from fuzz.execute import run_example
+from fuzz.releases.packs import SHIPPED_PACKS, catalog_paths, read_manifest
 from fuzz.releases.sides import bind
 from fuzz.targets import lookup
 from fuzz.verdicts import Verdict
@@ -215,3 +216,20 @@ def test_a_bug_planted_in_the_0_34_tile_projection_is_caught(sides, tmp_path):
 
     find(SAMPLER.input_model().specs(["cpu"], "caller"), caught,
          settings=settings(max_examples=200, database=None, deadline=None, suppress_health_check=list(HealthCheck)))
+
+
+# -- the source packs ----------------------------------------------------------------------------
+
+
+def test_packs_hold_the_sampler_helper_or_record_it_absent():
+    """diffusion_gemma_sampler.py is a catalog file (optimized/diffusion_gemma.py names it): the shipped
+    packs of 0.31.0 on hold it, older ones list it as absent and still serve as merge base (0.28.0 is
+    the base of every side above)."""
+    helper = "vllm/model_executor/models/diffusion_gemma_sampler.py"
+    assert helper in catalog_paths()
+    for version in ("0.27.1", "0.28.0", "0.29.0", "0.30.0", *RELEASES):
+        manifest = read_manifest(SHIPPED_PACKS / f"vllm-{version}")
+        if version in RELEASES:
+            assert helper in manifest["files"] and helper not in manifest["absent"]
+        else:
+            assert helper in manifest["absent"] and helper not in manifest["files"]
