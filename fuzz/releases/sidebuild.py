@@ -408,6 +408,9 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
         problem = puller.need("\n".join(merged), path)
         if problem:
             late[qualname] = f"{qualname} {problem}"
+            if qualname in added:  # a class missing a method upstream calls: its users cannot build
+                owner = qualname.rsplit(".", 1)[0]
+                late[owner] = f"{owner} lacks {qualname}, which {new.label} added: {problem}"
     if late:
         return build, late
     build.changed = [qualname for *_, qualname in replacements if qualname not in added]
