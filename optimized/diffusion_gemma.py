@@ -14,6 +14,13 @@ sampling path). The vllm names the copied code reads are small stand-ins
 below, each marked ADAPTED: the buffer helpers keep upstream's staging
 semantics; the top-k/top-p filter is upstream's own torch sort path; logprob
 scoring is a torch stand-in for a Triton kernel.
+
+From 0.31.0 upstream's DiffusionSampler.__call__ also calls sample_row_stats /
+sample_row_stats_reference from
+vllm/model_executor/models/diffusion_gemma_sampler.py (a file 0.28.0 lacks;
+named here so source packs hold it and a rebuilt side pulls them from it), and
+passes compute_topk_scores the per-token-id logprob arguments: the stand-ins
+below accept what those releases pass.
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ class UvaBackedTensor:  # ADAPTED: stand-in for vllm/v1/worker/gpu/buffer_utils.
 
 class _Platform:  # ADAPTED: stand-in for vllm.platforms.current_platform; only mem_get_info is read
     free_memory: int = 1 << 40  # ADAPTED: the input model sets it to choose the sampler's tile size
+    simple_compile_backend: str = "eager"  # ADAPTED: >= 0.31.0 compiles helpers with it; eager: traced, no codegen
 
     def mem_get_info(self) -> tuple[int, int]:  # ADAPTED
         return self.free_memory, self.free_memory  # ADAPTED
@@ -104,8 +112,14 @@ def compute_topk_scores(  # ADAPTED: stand-in for vllm/v1/worker/gpu/sample/logp
     logits: torch.Tensor,
     num_logprobs: int,
     sampled_token_ids: torch.Tensor,
+    cu_num_logits: list[int] | torch.Tensor | None = None,  # ADAPTED: >= 0.31.0's parameters, as upstream
+    logprob_token_ids_state: Any = None,  # ADAPTED: >= 0.31.0 (per-request logprob_token_ids)
+    expanded_idx_mapping: torch.Tensor | None = None,  # ADAPTED: >= 0.31.0
+    max_per_req_token_ids: int = 0,  # ADAPTED: >= 0.31.0
     logits_mode: bool = False,
 ) -> LogprobsTensors:  # ADAPTED
+    if logprob_token_ids_state is not None or max_per_req_token_ids > 0:  # ADAPTED: not stood in
+        raise NotImplementedError("the stand-in scores top-k logprobs only, not logprob_token_ids")  # ADAPTED
     scores = logits.float() if logits_mode else logits.float().log_softmax(dim=-1)  # ADAPTED
     sampled = sampled_token_ids.long().unsqueeze(-1)  # ADAPTED
     top = scores.topk(min(num_logprobs, scores.shape[-1]), dim=-1).indices  # ADAPTED
@@ -115,7 +129,8 @@ def compute_topk_scores(  # ADAPTED: stand-in for vllm/v1/worker/gpu/sample/logp
 
 
 def apply_top_k_top_p(  # ADAPTED: vllm/v1/sample/ops/topk_topp_sampler.py, its sync-free torch path on every device
-    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
+    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None,  # ADAPTED: one more parameter below
+    has_topp_only_rows: bool = True,  # ADAPTED: >= 0.33.0 passes it; only upstream's Triton path reads it
 ) -> torch.Tensor:
     if p is None and k is None:
         return logits

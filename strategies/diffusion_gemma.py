@@ -40,12 +40,26 @@ Two input models:
   half-token counts: the host ``valid_canvas_len_np`` then sums to more than
   the device ``valid_canvas_len`` (``astype(np.int64)`` truncates, a count of
   0.5 becomes a device repeat of 0), i.e. host and device copies disagree.
+  Sides rebuilt from later releases are called their release's way
+  (``sampler_convention``, checked by ``fits``): 0.31.0 sizes tiles by
+  ``torch.accelerator.get_memory_info()`` (stood in during the call) over 3
+  fp32 copies per request (0.34.0: 5, 0.28.0: 10 through
+  ``current_platform``), reads ``logprob_token_ids_state`` (``NoTokenIdLogprobs``:
+  no request asks for token ids) and, from 0.33.0, gets the vocabulary size in
+  ``get_top_k_top_p``; 0.34.0 takes ``hidden_states`` plus a per-tile
+  ``compute_logits`` (``IdentityHead``: the hidden states are the same logits),
+  and its per-tile top-k/top-p calls are folded into the single call of the
+  earlier releases (``fold_tile_calls``). The logprob requests above reach
+  every convention. docs/findings/drift.md F19: what differs from 0.31.0 on.
 """
 
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
+import inspect
+import re
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Iterator, Sequence
 
@@ -53,7 +67,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.api import HarnessError, Impl
+from fuzz.api import HarnessError, Impl, release_of
 from strategies.common import devices, fixed_dict, float_dtypes, in_form, int_dtypes, seeded_floats
 
 # The state tensors DiffusionGemmaRequestStates allocates, in __init__ order.
@@ -352,20 +366,163 @@ class RecordingSamplingStates:
         self.top_p = SimpleNamespace(np=p_np, gpu=torch.from_numpy(p_np).to(device))
         self.num_logprobs = np.asarray(num_logprobs, dtype=np.int32)
         self.calls: list[dict] = []
+        self.vocab_sizes: list[int] = []  # what >= 0.33.0 passed as get_top_k_top_p's vocab_size
 
     def get_top_k_top_p(
-        self, expanded_idx_mapping: torch.Tensor, idx_mapping_np: np.ndarray
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        self, expanded_idx_mapping: torch.Tensor, idx_mapping_np: np.ndarray, vocab_size: int | None = None
+    ) -> Any:
+        """Upstream's body; from 0.33.0 upstream takes the logits' ``vocab_size`` and also returns
+        ``has_topp_only_rows``, so a call with it gets that release's three values."""
         self.calls.append({"expanded_idx_mapping": expanded_idx_mapping.clone(),
                            "idx_mapping_np": np.array(idx_mapping_np)})
-        do_top_k = np.any(self.top_k.np[idx_mapping_np] != self.vocab_size)
-        do_top_p = np.any(self.top_p.np[idx_mapping_np] != 1.0)
+        top_k_np = self.top_k.np[idx_mapping_np]
+        top_p_np = self.top_p.np[idx_mapping_np]
+        do_top_k = np.any(top_k_np != self.vocab_size)
+        do_top_p = np.any(top_p_np != 1.0)
         top_k = self.top_k.gpu[expanded_idx_mapping] if do_top_k else None
         top_p = self.top_p.gpu[expanded_idx_mapping] if do_top_p else None
-        return top_k, top_p
+        if vocab_size is None:
+            return top_k, top_p
+        self.vocab_sizes.append(vocab_size)
+        return top_k, top_p, bool(do_top_p and np.any((top_k_np >= vocab_size) & (top_p_np < 1.0)))
 
     def max_num_logprobs(self, idx_mapping_np: np.ndarray) -> int:
         return int(np.max(self.num_logprobs[idx_mapping_np]))
+
+
+class NoTokenIdLogprobs:
+    """Stand-in for vllm/v1/worker/gpu/sample/logprob.py::LogprobTokenIdsState (read from 0.31.0 on):
+    no request of the batch asks for ``logprob_token_ids``. 0.28.0's sampler has no such request, so
+    a contract both sides serve draws none; ``max_num_token_ids`` is upstream's ``max(initial=0)``
+    over counts that are all 0."""
+
+    def max_num_token_ids(self, idx_mapping_np: np.ndarray) -> int:
+        return 0
+
+
+class IdentityHead:
+    """``compute_logits`` for the 0.34.0 convention: the "hidden states" handed to ``__call__`` are the
+    logits the earlier releases are handed, and the head returns each tile's rows as they are, so both
+    conventions sample the same logits. Records the rows of each call."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+
+    def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        self.rows.append(int(hidden_states.shape[0]))
+        return hidden_states
+
+
+@dataclass(frozen=True)
+class SamplerConvention:
+    """How a release's runner calls ``DiffusionSampler``.
+
+    * ``call``: ``"logits"``: ``__call__(logits, input_batch)`` (<= 0.33.0); ``"hidden_states"``:
+      ``__call__(hidden_states, input_batch)`` with ``compute_logits`` given to ``__init__``, run per tile
+      (0.34.0);
+    * ``memory``: where the tile size's free-memory figure comes from: ``"platform"``
+      (``current_platform.mem_get_info()``, <= 0.30.0) or ``"accelerator"``
+      (``torch.accelerator.get_memory_info()``, 0.31.0 on);
+    * ``copies``: fp32 ``[CL, vocab]`` copies per request the tile budget assumes (10, then 3, then 5)."""
+
+    call: str
+    memory: str
+    copies: int
+
+
+# By release, for a side whose source cannot be read (the source, where readable, decides).
+RELEASE_CONVENTIONS = (
+    ((0, 34), SamplerConvention("hidden_states", "accelerator", 5)),
+    ((0, 31), SamplerConvention("logits", "accelerator", 3)),
+    ((0, 0), SamplerConvention("logits", "platform", 10)),
+)
+_COPIES_RE = re.compile(r"self\.vocab_size \* 4 \* (\d+)")
+# DiffusionSampler.__init__ parameters the input model passes (compute_logits only to the 0.34.0 form).
+SAMPLER_INIT_PARAMETERS = {"self", "sampler", "diffusion_config", "vocab_size", "diffusion_states",
+                           "compute_logits", "confidence_threshold", "t_min", "t_max", "entropy_bound",
+                           "embed_weight", "normalizer"}
+
+
+def sampler_convention(impl: Impl) -> SamplerConvention | str:
+    """The side's convention (``SamplerConvention``), or why the input model cannot call it: read off
+    ``__call__``'s and ``__init__``'s signatures and ``__call__``'s source, else the side's release."""
+    if impl.owner is None:
+        return f"{impl.path} is not a DiffusionSampler method"
+    try:
+        call = list(inspect.signature(impl.function).parameters.values())
+        init = inspect.signature(impl.owner.__init__).parameters
+    except (TypeError, ValueError) as exc:
+        return f"its signature cannot be read ({exc})"
+    names = [p.name for p in call]
+    if len(names) < 3 or names[1] not in ("logits", "hidden_states") or names[2] != "input_batch":
+        return (f"__call__{tuple(names)} is neither (self, logits, input_batch, ...) nor "
+                "(self, hidden_states, input_batch, ...)")
+    extra = [p.name for p in call[3:] if p.default is inspect.Parameter.empty
+             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    unknown = [name for name, p in init.items() if p.default is inspect.Parameter.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in SAMPLER_INIT_PARAMETERS]
+    if extra or unknown:
+        return f"it requires parameters the input model does not pass: {extra + unknown}"
+    form = names[1]
+    if (form == "hidden_states") != ("compute_logits" in init):
+        return (f"__call__ takes {form} but __init__ "
+                + ("lacks compute_logits" if form == "hidden_states" else "asks for compute_logits"))
+    try:
+        source = inspect.getsource(impl.function)
+    except (OSError, TypeError):
+        source = None
+    if source is not None:
+        copies = _COPIES_RE.search(source)
+        memory = ("accelerator" if "torch.accelerator.get_memory_info" in source
+                  else "platform" if "current_platform.mem_get_info" in source else None)
+        if copies is None or memory is None:
+            return "its tile budget (free memory over fp32 [CL, vocab] copies per request) cannot be read off __call__"
+        return SamplerConvention(form, memory, int(copies[1]))
+    # Unreadable source (a mutant built in memory): the side's release, else the copies' (0.27.1/0.28.0).
+    release = release_of(impl)
+    found = re.match(r"(\d+)\.(\d+)", release or "0.0")
+    if not found:
+        return f"__call__'s source cannot be read and its release {release!r} is not a version"
+    version = (int(found[1]), int(found[2]))
+    convention = next(c for since, c in RELEASE_CONVENTIONS if version >= since)
+    if convention.call != form:
+        return f"release {release or 'of the copies'} calls with {convention.call}, its signature with {form}"
+    return convention
+
+
+@contextmanager
+def accelerator_free_memory(free: int) -> Iterator[None]:
+    """``torch.accelerator.get_memory_info()`` reports ``free`` bytes free inside (0.31.0 on sizes the
+    sampler's tiles by it; a CPU-only torch raises there): the stand-in 0.28.0's
+    ``current_platform.mem_get_info()`` has, for the releases that read torch directly."""
+    accelerator = torch.accelerator
+    before = accelerator.get_memory_info
+    accelerator.get_memory_info = lambda device_index=None: (free, free)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        accelerator.get_memory_info = before  # type: ignore[assignment]
+
+
+def fold_tile_calls(calls: list[dict], spec: dict) -> list[dict]:
+    """0.34.0 calls ``get_top_k_top_p`` once per tile with each slot repeated the canvas width W
+    (``tile_slots.repeat_interleave(W, ...)``, phantom rows of a truncated canvas included); earlier
+    releases once, each decode slot repeated its real logit count. Folded into that one call: each
+    slot's run of W cut to its real rows, the tiles in call order. A call not made of runs of W is
+    kept as it came, so the difference shows."""
+    if not calls:
+        return calls
+    width = spec["canvas_length"]
+    valid = {r["slot"]: int(r["logits"]) for r in spec["requests"]}
+    expanded, slots = [], []
+    for call in calls:
+        mapping, tile = call["expanded_idx_mapping"], call["idx_mapping_np"]
+        if mapping.shape[0] != width * len(tile) or any(int(s) not in valid for s in tile.tolist()):
+            return calls
+        for i, slot in enumerate(tile.tolist()):
+            expanded.append(mapping[i * width:i * width + valid[int(slot)]])
+        slots.append(tile)
+    return [{"expanded_idx_mapping": torch.cat(expanded), "idx_mapping_np": np.concatenate(slots)}]
 
 
 @functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
@@ -504,16 +661,26 @@ def _logits(spec: dict) -> torch.Tensor:
     return seeded_floats((rows, spec["vocab_size"]), spec["logits_dtype"], spec["seed"] + 7, spec["device"])
 
 
-def _sampler(module: ModuleType, spec: dict, states: Any) -> tuple[Any, RecordingSamplingStates]:
+def free_memory(spec: dict, convention: SamplerConvention) -> int:
+    """The free-memory figure that makes the side's tile ``spec["tile"]`` requests (0: one request):
+    upstream's budget is ``int(free * 0.5) // (CL * vocab * 4 * copies)``."""
+    return 2 * spec["tile"] * spec["canvas_length"] * spec["vocab_size"] * 4 * convention.copies
+
+
+def _sampler(module: ModuleType, spec: dict, states: Any,
+             convention: SamplerConvention = RELEASE_CONVENTIONS[-1][1]) -> tuple[Any, RecordingSamplingStates]:
     device, n, canvas, vocab = spec["device"], spec["max_num_reqs"], spec["canvas_length"], spec["vocab_size"]
     module.UVA_DEVICE = device
-    # Upstream tiles by free memory: ~10 fp32 copies of [CL, vocab] per request.
-    module.current_platform.free_memory = 2 * spec["tile"] * canvas * vocab * 4 * 10
+    # Upstream tiles by free memory: `copies` fp32 copies of [CL, vocab] per request.
+    module.current_platform.free_memory = free_memory(spec, convention)
     sampling = RecordingSamplingStates(spec["top_k"], spec["top_p"], spec["num_logprobs"], vocab, device)
     draft_tokens = torch.randint(0, vocab, (n, canvas + 1), generator=torch.Generator().manual_seed(spec["seed"] + 3))
     runner_sampler = SimpleNamespace(sampling_states=sampling, req_states=SimpleNamespace(
-        draft_tokens=draft_tokens.to(device)), logprobs_mode=spec.get("logprobs_mode", "raw_logprobs"))
+        draft_tokens=draft_tokens.to(device)), logprobs_mode=spec.get("logprobs_mode", "raw_logprobs"),
+        logprob_token_ids_state=NoTokenIdLogprobs())
+    head = {"compute_logits": IdentityHead()} if convention.call == "hidden_states" else {}
     sampler = module.DiffusionSampler(
+        **head,
         sampler=runner_sampler,
         diffusion_config=SimpleNamespace(canvas_length=canvas),
         vocab_size=vocab,
@@ -548,30 +715,50 @@ def _plain(value: Any) -> Any:
 
 
 class DiffusionSamplerInputs:
-    """``DiffusionSampler.__call__(logits, input_batch)`` on a seeded batch and state."""
+    """``DiffusionSampler.__call__`` on a seeded batch and state, each side called its release's way
+    (``sampler_convention``): ``(logits, input_batch)`` up to 0.33.0; from 0.34.0
+    ``(hidden_states, input_batch)`` with ``compute_logits`` an ``IdentityHead``, the hidden states being
+    the same logits, so both sides sample the same rows. The tile size is set through the side's own
+    free-memory source and budget (``free_memory``), so both sides tile alike; 0.34.0's per-tile
+    ``get_top_k_top_p`` calls are folded into the one call of the earlier releases (``fold_tile_calls``)."""
+
+    # fits() judges __call__'s signature: 0.34.0 renamed logits to hidden_states (fuzz/releases/sides.py).
+    fits_checks_signature = True
 
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _sampler_specs(available, contract)
 
+    def fits(self, impl: Impl) -> str | None:
+        """None when the side's calling convention is known (``sampler_convention``), else why not."""
+        convention = sampler_convention(impl)
+        return convention if isinstance(convention, str) else None
+
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         module = _module(impl)
+        convention = sampler_convention(impl)
+        if isinstance(convention, str):
+            raise HarnessError(f"{impl.path}: {convention}")
         states = build_states(module, spec)
-        sampler, sampling = _sampler(module, spec, states)
+        sampler, sampling = _sampler(module, spec, states, convention)
         logits, fields, seed, device = _logits(spec), input_batch_fields(spec), spec["seed"], spec["device"]
+        free = free_memory(spec, convention)
+        memory = functools.partial(accelerator_free_memory, free) if convention.memory == "accelerator" else nullcontext
+        fold = fold_tile_calls if convention.call == "hidden_states" else (lambda calls, _: calls)
 
         def call() -> dict:
             # The batch's host arrays sit in a dict in this closure, where
             # --stress finds and poisons them once the call returns.
             batch = SimpleNamespace(**fields)
             seed_rng(seed, device)  # Gumbel noise and canvas re-init draw from the default generators
-            with one_cpu_thread():
+            with one_cpu_thread(), memory():
+                # 0.34.0: `logits` are the hidden states, sampler.compute_logits the identity.
                 out = impl.function(sampler, logits, batch)
             return {
                 "sampled_token_ids": out.sampled_token_ids,
                 "num_sampled": out.num_sampled,
                 "num_rejected": out.num_rejected,
                 "logprobs": _plain(out.logprobs_tensors),
-                "top_k_top_p_calls": sampling.calls,
+                "top_k_top_p_calls": fold(sampling.calls, spec),
                 "state": snapshot(states),
                 "draft_tokens": sampler.req_states.draft_tokens,
                 "pending_logprobs": {k: _plain(v) for k, v in sampler._pending_logprobs.items()},

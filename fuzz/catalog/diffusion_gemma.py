@@ -59,6 +59,9 @@ TARGETS = [
             "fuzz.oracles.diffusion_gemma:sampler_finished_prefills_enter_denoising",
         ),
         reference="fuzz.oracles.diffusion_gemma:SAMPLER_REFERENCE",
+        # Sides from 0.31.0 on are called their release's way (the input model's fits(); 0.34.0 takes
+        # hidden_states and compute_logits) and need vllm/model_executor/models/diffusion_gemma_sampler.py,
+        # a catalog file through optimized/diffusion_gemma.py's docstring; docs/findings/drift.md F19.
         # No host-reading consumer: the GPU model runner hands the SamplerOutput
         # to vllm/v1/worker/gpu/async_utils.py AsyncOutput, which copies
         # sampled_token_ids / num_sampled with async_copy_to_np

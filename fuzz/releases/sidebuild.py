@@ -46,6 +46,12 @@ from fuzz.releases.merge3 import Conflict, merge3
 from fuzz.releases.shims import module_of
 from fuzz.releases.sources import Source, resolved
 
+# vllm modules that only re-export another package's names: new text importing one gets that package's
+# import (the copies import it directly, marked ADAPTED: optimized/fla_index.py's ``import triton``).
+# vllm/triton_utils/__init__.py re-exports ``triton`` and ``triton.language as tl`` where triton is installed.
+REEXPORTS: dict[str, dict[str, str]] = {
+    "vllm.triton_utils": {"triton": "import triton", "tl": "import triton.language"},
+}
 MODULE_NAMES = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__"}
 
 
@@ -264,6 +270,9 @@ class _Puller:
             if helper == self.module:  # the stand-in is in this very module (torch_utils)
                 return self._add(name, f"{name} = {stand_in}", None)
             return self._add(name, f"from {self.package}.{helper} import {stand_in} as {name}", None)
+        reexport = REEXPORTS.get(module or "", {}).get(alias.name) if isinstance(node, ast.ImportFrom) else None
+        if reexport:
+            return self._add(name, f"{reexport} as {name}", None)
         file = (module or "").replace(".", "/") + ".py"
         if isinstance(node, ast.ImportFrom) and file in self.files and not alias.asname:
             return self._pull(alias.name, None, only=file)
@@ -341,6 +350,7 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
     base_files = [f for f in (upstream_file(base, p) for p in paths) if f is not None]
     new_files = [f for f in (upstream_file(new, p) for p in paths) if f is not None]
     replacements: list[tuple[int, int, list[str], str, str]] = []
+    added: set[str] = set()  # methods upstream added to a class the copy holds
     for span in walk_spans(tree.body):
         if span.qualname in build.failed or header_row(lines, span) in facts.adapted:
             continue  # failed before, or a stand-in: the harness's own, kept
@@ -359,6 +369,11 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
             if _class_shape(base_file, base_span) != _class_shape(new_file, new_span):
                 build.failed[span.qualname] = (f"class {span.qualname}'s own lines (bases, fields, decorators) "
                                                f"changed in {new.label}; they are not merged mechanically")
+                continue
+            for method, text in _new_methods(base_file, base_span, new_file, new_span):
+                if method not in build.failed:  # one whose helpers could not be pulled stays out
+                    replacements.append((span.end + 1, span.end, text, new_file.path, method))
+                    added.add(method)
             continue
         old = base_file.lines[base_span.start - 1:base_span.end]
         theirs = new_file.lines[new_span.start - 1:new_span.end]
@@ -400,14 +415,18 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
         problem = puller.need("\n".join(merged), path)
         if problem:
             late[qualname] = f"{qualname} {problem}"
+            if qualname in added:  # a class missing a method upstream calls: its users cannot build
+                owner = qualname.rsplit(".", 1)[0]
+                late[owner] = f"{owner} lacks {qualname}, which {new.label} added: {problem}"
     if late:
         return build, late
-    build.changed = [qualname for *_, qualname in replacements]
+    build.changed = [qualname for *_, qualname in replacements if qualname not in added]
+    build.pulled = sorted(added)
     if puller.texts:
         lines += ["", "", f"# ADAPTED: helpers {new.label} added, pulled in beside the definitions that call them"]
         for text in puller.texts:
             lines += ["", "", *text.splitlines()]
-        build.pulled = list(puller.names)
+        build.pulled += list(puller.names)
     build.text = _point_imports("\n".join(_with_lazy_annotations(lines)) + "\n", template, package)
     return build, {}
 
@@ -423,6 +442,23 @@ def moved_modules(source: Source, paths: Sequence[str]) -> dict[str, str]:
             for hop in [*hit.via[1:], hit.path]:
                 found.setdefault(module_of(hop), module_of(path))
     return found
+
+
+def _new_methods(base_file: UpstreamFile, base_span: Span, new_file: UpstreamFile,
+                 new_span: Span) -> list[tuple[str, list[str]]]:
+    """The methods ``new_span``'s class has and the base release's class lacks, as (qualname, lines):
+    a method upstream added (0.31.0's ``DiffusionGemmaRequestStates.apply_seed_canvases``) that merged
+    methods may call. Appended to the copy's class as upstream wrote them."""
+    def methods(f: UpstreamFile, span: Span) -> dict[str, Span]:
+        prefix = span.qualname + "."
+        return {s.qualname: s for spans in f.spans.values() for s in spans
+                if s.kind == "function" and s.qualname.startswith(prefix) and "." not in s.qualname[len(prefix):]
+                and span.start <= s.start <= span.end}
+
+    old = methods(base_file, base_span)
+    return [(qualname, ["", *new_file.lines[s.start - 1:s.end]])
+            for qualname, s in sorted(methods(new_file, new_span).items(), key=lambda kv: kv[1].start)
+            if qualname not in old]
 
 
 def _point_imports(text: str, template: str, package: str) -> str:

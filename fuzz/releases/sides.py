@@ -401,10 +401,14 @@ def _built_path(target: Target, role: str, spec: str, search: Sequence[str]) -> 
         built = dataclasses.replace(target, **{role: path}).impl(role).function
     except Exception as exc:  # noqa: BLE001 -- the rebuilt module failed to import: that is the reason
         raise CannotBuild(f"{where}: importing it fails: {type(exc).__name__}: {exc}") from exc
-    _check_signature(target, template, built, where)
     # An input model may say a rebuilt side takes a form it cannot hand it: an optional
-    # ``fits(impl) -> None | reason`` (strategies/paddleocr_vl.py's encode_image grids).
-    fits = getattr(target.input_model(), "fits", None)
+    # ``fits(impl) -> None | reason`` (strategies/paddleocr_vl.py's encode_image grids). One that calls
+    # each release its own way (strategies/diffusion_gemma.py's sampler: 0.34.0 renamed ``logits`` to
+    # ``hidden_states``) sets ``fits_checks_signature = True``: its fits() then judges the signature too.
+    model = target.input_model()
+    if not getattr(model, "fits_checks_signature", False):
+        _check_signature(target, template, built, where)
+    fits = getattr(model, "fits", None)
     problem = fits(dataclasses.replace(target, **{role: path}).impl(role)) if fits else None
     if problem:
         raise CannotBuild(f"{where}: the input model does not fit {side.version or spec}: {problem}")
