@@ -504,6 +504,30 @@ def accelerator_free_memory(free: int) -> Iterator[None]:
         accelerator.get_memory_info = before  # type: ignore[assignment]
 
 
+@contextmanager
+def reference_row_stats(module: ModuleType, device: str) -> Iterator[None]:
+    """On CUDA, a side from 0.31.0 on computes its rows' argmax, Gumbel-max sample and entropy in a Triton
+    kernel (``sample_row_stats``) whose noise is ``tl.rand`` from a seed; 0.28.0 draws it with
+    ``torch.rand_like``. No input makes the two draw alike, so every row with a temperature above 0 would
+    differ by design. Inside, the side's ``sample_row_stats`` runs upstream's own PyTorch form of the same
+    statistics, ``sample_row_stats_reference`` (what upstream runs off CUDA and tests the kernel against),
+    as it does on the CPU. The kernel itself is not compared (docs/findings/drift.md F19)."""
+    kernel = getattr(module, "sample_row_stats", None)
+    reference = getattr(module, "sample_row_stats_reference", None)
+    if kernel is None or reference is None or not device.startswith("cuda"):
+        yield
+        return
+
+    def on_reference(logits: Any, temps: Any, canvas_len: int, seed: int, probs_dtype: Any) -> Any:
+        return reference(logits, temps, canvas_len, probs_dtype)
+
+    module.sample_row_stats = on_reference
+    try:
+        yield
+    finally:
+        module.sample_row_stats = kernel
+
+
 def fold_tile_calls(calls: list[dict], spec: dict) -> list[dict]:
     """0.34.0 calls ``get_top_k_top_p`` once per tile with each slot repeated the canvas width W
     (``tile_slots.repeat_interleave(W, ...)``, phantom rows of a truncated canvas included); earlier
@@ -744,13 +768,14 @@ class DiffusionSamplerInputs:
         free = free_memory(spec, convention)
         memory = functools.partial(accelerator_free_memory, free) if convention.memory == "accelerator" else nullcontext
         fold = fold_tile_calls if convention.call == "hidden_states" else (lambda calls, _: calls)
+        row_stats = functools.partial(reference_row_stats, module, str(device))
 
         def call() -> dict:
             # The batch's host arrays sit in a dict in this closure, where
             # --stress finds and poisons them once the call returns.
             batch = SimpleNamespace(**fields)
             seed_rng(seed, device)  # Gumbel noise and canvas re-init draw from the default generators
-            with one_cpu_thread(), memory():
+            with one_cpu_thread(), memory(), row_stats():
                 # 0.34.0: `logits` are the hidden states, sampler.compute_logits the identity.
                 out = impl.function(sampler, logits, batch)
             return {

@@ -129,7 +129,7 @@ def test_0_34_gets_hidden_states_and_an_identity_head(sides):
 @pytest.mark.parametrize("version", RELEASES)
 def test_releases_agree_with_0_28_without_filters_or_logprobs(sides, version):
     """No top-k/top-p and no logprobs: the two upstream changes that make them differ stay out
-    (docs/targets/diffusion-gemma-sampler.md); a truncated canvas and several tiles stay in."""
+    (docs/findings/drift.md F19); a truncated canvas and several tiles stay in."""
     for case in (spec([3, 2, 3], tile=1), spec([3, 0, 1], tile=2), spec([3, 3], tile=0, t_min=0.0)):
         result = run_example(sides[version], case)
         assert result.verdict is Verdict.AGREE, (version, case, result.mismatches)
@@ -233,3 +233,29 @@ def test_packs_hold_the_sampler_helper_or_record_it_absent():
             assert helper in manifest["files"] and helper not in manifest["absent"]
         else:
             assert helper in manifest["absent"] and helper not in manifest["files"]
+
+
+# -- the row statistics on CUDA ------------------------------------------------------------------
+
+
+def test_on_cuda_a_side_with_the_row_stats_kernel_runs_upstreams_reference_form(sides):
+    """0.31.0+'s Triton kernel draws its Gumbel noise with tl.rand, 0.28.0 with torch.rand_like: on CUDA the
+    side's sample_row_stats is swapped for upstream's sample_row_stats_reference during the call (the seed
+    argument dropped), and put back after; on the CPU, and on a side without the kernel, nothing changes."""
+    from strategies.diffusion_gemma import reference_row_stats
+
+    module = sys.modules[sides["0.34.0"].impl("optimized").function.__module__]
+    kernel, reference = module.sample_row_stats, module.sample_row_stats_reference
+    seen = []
+    module.sample_row_stats_reference = lambda *args: seen.append(args) or "reference"
+    try:
+        with reference_row_stats(module, "cuda:0"):
+            assert module.sample_row_stats("logits", "temps", 3, 1234, None) == "reference"
+        assert seen == [("logits", "temps", 3, None)] and module.sample_row_stats is kernel
+        with reference_row_stats(module, "cpu"):
+            assert module.sample_row_stats is kernel
+    finally:
+        module.sample_row_stats_reference = reference
+    legacy = sys.modules[sides["0.34.0"].impl("legacy").function.__module__]
+    with reference_row_stats(legacy, "cuda"):
+        assert not hasattr(legacy, "sample_row_stats")
