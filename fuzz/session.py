@@ -269,7 +269,7 @@ def _finish_interrupted(stop: Interrupted, state: RunState) -> RunResult:
         if config is not None and config.confirm:
             entries = label_unconfirmed(entries, f"the run was interrupted ({stop.signal_name}) before its replays")
         if config is not None:
-            entries = mark_known(entries, state.known, config.contract)
+            entries = mark_known(entries, state.known, config.contract, optimized_version(config))
         run = run_info(config, entries, state.machine, state.started) if config is not None else {}
         report = Report(tuple(entries), run={**run, "interrupted_in": current_phase()},
                         versions=versions_of(config) if config is not None else {}, interrupted=stop.signal_name)
@@ -282,6 +282,16 @@ def _finish_interrupted(stop: Interrupted, state: RunState) -> RunResult:
         return RunResult(report, report.exit_code())
 
 
+def optimized_version(config: RunConfig) -> str | None:
+    """The release of the run's optimized side where it is a source (known issues scoped by it, fuzz/triage.py);
+    None for the copy."""
+    if config.optimized == "copy":
+        return None
+    from fuzz.releases import identity
+
+    return identity(config.optimized, config.sources).get("version")
+
+
 def _finish(state: RunState, confirm_until: float | None = None) -> RunResult:
     """Confirm and triage failures, print the summary, write every output."""
     from fuzz.interrupts import enter
@@ -291,7 +301,7 @@ def _finish(state: RunState, confirm_until: float | None = None) -> RunResult:
     assert config is not None
     enter("confirmation")
     state.entries = confirm(state.entries, config.confirm, confirm_until)
-    entries = mark_known(state.entries, state.known, config.contract)
+    entries = mark_known(state.entries, state.known, config.contract, optimized_version(config))
     report = Report(tuple(entries), run=run_info(config, entries, state.machine, state.started),
                     versions=versions_of(config))
     _print_summary(report, state.say)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import replace
@@ -27,7 +28,11 @@ from fuzz.targets import CONTRACTS
 from fuzz.verdicts import EXAMPLE_VERDICTS
 
 KNOWN_FORMAT = "syncfuzz-known-issues/1"
-_MATCH_KEYS = {"target", "verdict", "contract", "exceptions", "mismatch", "oracle", "reason"}
+_MATCH_KEYS = {"target", "verdict", "contract", "exceptions", "mismatch", "oracle", "optimized", "reason"}
+# ``"optimized": "vllm>=0.31.0"``: the issue holds only where the run's optimized side is a source (a release or
+# a checkout) of that version or later -- an upstream behaviour change accepted for today's releases, which
+# the copies, and a side older than the change, must still be held to.
+_OPTIMIZED_RE = re.compile(r"vllm\s*>=\s*(\d+(?:\.\d+)*)")
 
 
 def load_known_issues(path: Path, targets: Iterable[str] | None = None) -> list[dict]:
@@ -60,14 +65,25 @@ def load_known_issues(path: Path, targets: Iterable[str] | None = None) -> list[
             raise UsageError(where + f"verdict {issue['verdict']!r} is not a verdict; {hint}")
         if targets is not None and issue["target"] not in set(targets):
             raise UsageError(where + str(unknown_name("target", str(issue["target"]), targets)))
+        if "optimized" in issue and not _OPTIMIZED_RE.fullmatch(str(issue["optimized"]).strip()):
+            raise UsageError(where + f"optimized {issue['optimized']!r} is not a release range; write it as "
+                                     "'vllm>=X.Y.Z' (the optimized side's release or later)")
         if "contract" in issue and issue["contract"] not in CONTRACTS:
             raise UsageError(where + f"contract {issue['contract']!r} is not one of {', '.join(CONTRACTS)}")
     return data["issues"]
 
 
-def _matches(issue: dict, target: str, contract: str, failure: Failure) -> bool:
+def _numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _matches(issue: dict, target: str, contract: str, failure: Failure, optimized: str | None = None) -> bool:
     if issue["target"] != target or issue["verdict"] != failure.verdict:
         return False
+    if "optimized" in issue:
+        floor = _OPTIMIZED_RE.fullmatch(str(issue["optimized"]).strip())
+        if optimized is None or floor is None or _numbers(optimized) < _numbers(floor.group(1)):
+            return False
     if "contract" in issue and issue["contract"] != contract:
         return False
     if "exceptions" in issue and issue["exceptions"] != dict(failure.exceptions):
@@ -80,10 +96,12 @@ def _matches(issue: dict, target: str, contract: str, failure: Failure) -> bool:
     return True
 
 
-def mark_known(entries: list[TargetEntry], issues: list[dict], contract: str) -> list[TargetEntry]:
-    """The entries with each failure that an issue accepts labelled with its reason."""
+def mark_known(entries: list[TargetEntry], issues: list[dict], contract: str,
+               optimized: str | None = None) -> list[TargetEntry]:
+    """The entries with each failure that an issue accepts labelled with its reason. ``optimized``: the
+    version of the run's optimized side where it is a source (None: the copy, or a checkout without one)."""
     def labelled(entry: TargetEntry, failure: Failure) -> Failure:
-        issue = next((i for i in issues if _matches(i, entry.name, contract, failure)), None)
+        issue = next((i for i in issues if _matches(i, entry.name, contract, failure, optimized)), None)
         return replace(failure, known=issue["reason"]) if issue else failure
 
     return [entry.with_failures(labelled(entry, f) for f in entry.failures) for entry in entries]

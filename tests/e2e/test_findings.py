@@ -32,11 +32,38 @@ def test_known_issues_file_names_real_targets():
     issues = load_known_issues(ROOT / "known-issues.json")
     names = {t.name for t in lookup([])}
     assert issues and all(issue["target"] in names for issue in issues)
-    # Under the caller contract only a documented finding of one oracle is accepted (F17: a consumer sync the
-    # PR added on one attention backend), never a whole verdict of a target.
+    # Under the caller contract only a documented finding is accepted, and never a whole verdict of a target
+    # everywhere: one oracle's (F17: a consumer sync the PR added on one attention backend), or an upstream
+    # change against the releases that made it (F19: "optimized": "vllm>=0.31.0"; the copies and older
+    # sides are still held to the verdict).
     for issue in issues:
         if issue.get("contract") != "wide":
-            assert issue.get("oracle") and issue["reason"].startswith("F"), issue
+            assert (issue.get("oracle") or issue.get("optimized")) and issue["reason"].startswith("F"), issue
+
+
+def test_a_known_issue_scoped_to_releases_holds_only_against_them(tmp_path):
+    """F19's entries accept the sampler's divergence against 0.31.0 and later, not against the copy, 0.30.0,
+    or an unversioned checkout; a range that is not 'vllm>=X' is refused with the form to write."""
+    from fuzz.errors import UsageError
+    from fuzz.model import Failure, TargetEntry
+    from fuzz.triage import mark_known
+
+    issues = load_known_issues(ROOT / "known-issues.json")
+    failure = Failure.from_json({"verdict": "divergence", "device": "cpu", "input": {}, "mismatches": [],
+                                 "exceptions": {}, "repro": None}, "failure")
+    entry = TargetEntry(name="diffusion-gemma-sampler", devices=("cpu",), failures=(failure,))
+
+    def known(optimized):
+        (marked,) = mark_known([entry], issues, "caller", optimized)
+        return marked.failures[0].known
+
+    assert known("0.31.0") and known("0.34.0") and known("0.35.0rc1")
+    assert known(None) is None and known("0.30.0") is None and known("0.28.0") is None
+    bad = tmp_path / "known.json"
+    bad.write_text('{"format": "syncfuzz-known-issues/1", "issues": [{"target": "diffusion-gemma-sampler", '
+                   '"verdict": "divergence", "optimized": "0.31.0", "reason": "F19"}]}')
+    with pytest.raises(UsageError, match="write it as 'vllm>=X.Y.Z'"):
+        load_known_issues(bad)
 
 
 def test_findings_f16_reproduces_on_cpu():
