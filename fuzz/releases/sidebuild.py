@@ -538,19 +538,29 @@ def entry_digests(impl: object) -> dict[str, str]:
     cannot be read (a mutant built in memory). What "the same code" means wherever two sides are compared
     for it: same-code targets (fuzz/reach.py) and a sync budget's descent (fuzz/syncrule.py)."""
     import inspect
-    from pathlib import Path
 
     from fuzz.codediff import digests
 
-    module = impl.module  # type: ignore[attr-defined]
-    try:
-        file = getattr(module, "__file__", None)
-        text = Path(file).read_text(encoding="utf-8") if file and Path(file).is_file() else inspect.getsource(module)
-    except (OSError, TypeError):
+    text = _module_text(impl)
+    if text is None:
         return {}
     entry = impl.path.partition(":")[2]  # type: ignore[attr-defined]
     runs = getattr(inspect.unwrap(impl.function), "__qualname__", entry)  # type: ignore[attr-defined]
     return digests(text, reach(text, entry) | reach(text, runs))
+
+
+def _module_text(impl: object) -> str | None:
+    """The text of ``impl``'s module: its file (a rebuilt side's is written out), else its source; None when
+    neither can be read (a mutant built in memory)."""
+    import inspect
+    from pathlib import Path
+
+    module = impl.module  # type: ignore[attr-defined]
+    try:
+        file = getattr(module, "__file__", None)
+        return Path(file).read_text(encoding="utf-8") if file and Path(file).is_file() else inspect.getsource(module)
+    except (OSError, TypeError):
+        return None
 
 
 def claimed_digests(impl: object, qualnames: Iterable[str]) -> dict[str, dict[str, str]]:
@@ -558,15 +568,9 @@ def claimed_digests(impl: object, qualnames: Iterable[str]) -> dict[str, dict[st
     (``reach``; {} where the module lacks it). An input model calls some claimed definitions itself (the
     keep-on-cpu field configs decide where each input lives): they decide a side's syncs as much as the
     entry point's code does (fuzz/syncrule.py)."""
-    import inspect
-    from pathlib import Path
-
     from fuzz.codediff import digests
 
-    module = impl.module  # type: ignore[attr-defined]
-    try:
-        file = getattr(module, "__file__", None)
-        text = Path(file).read_text(encoding="utf-8") if file and Path(file).is_file() else inspect.getsource(module)
-    except (OSError, TypeError):
+    text = _module_text(impl)
+    if text is None:
         return {}
     return {qualname: digests(text, reach(text, qualname)) for qualname in qualnames}
