@@ -14,7 +14,7 @@ from xml.etree import ElementTree as ET
 from fuzz.machine import gpu_clauses, report_machines, sharing_clause
 from fuzz.model import Failure, Report
 from fuzz.reachdata import change_line, merged_changes, uncovered, untaken_text
-from fuzz.report import consumer_column, reach_column, report_notes, retired_reason, rows, sync_column
+from fuzz.report import closing_line, consumer_column, reach_column, report_notes, retired_reason, rows, sync_column
 from fuzz.verdicts import CANNOT_BUILD, FUZZER_ERROR, RETIRED, SAME_CODE, UNREACHED, UNTESTED
 
 _UNTESTED_WHY = "no example ran within its share of the budget"
@@ -79,6 +79,10 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
         devices = ",".join(run.get("devices", []))
         lines.append(f"seed `{run['seed']}` · contract `{run.get('contract')}` · devices `{devices}`"
                      + (f" · profile `{run['profile']}`" if run.get("profile") else ""))
+    if report.interrupted:  # a job summary must not read as a whole run
+        phase = run.get("interrupted_in")
+        lines += ["", f"**Interrupted by {report.interrupted}**" + (f" in {phase}" if phase else "")
+                  + ": a partial report; it holds only the targets whose items finished.", ""]
     versions = report.versions
     lines += [f"torch {versions.get('torch')} · {versions.get('gpu') or 'no GPU'} · legacy {versions.get('legacy')} · "
               f"optimized {versions.get('optimized')}", ""]
@@ -137,7 +141,7 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
         lines.append(f"  - input: `{json.dumps(dict(failure.input))[:400]}`")
         if failure.repro:
             lines.append(f"  - replay: `python -m fuzz replay {failure.repro}`")
-    lines += ["", f"exit code {report.exit_code()}"]
+    lines += ["", closing_line(report), "", f"exit code {report.exit_code()}"]
     return "\n".join(lines) + "\n"
 
 

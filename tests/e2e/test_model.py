@@ -258,3 +258,21 @@ def test_a_signal_writes_the_partial_report_and_says_so(how, mode, tmp_path):
     else:
         os.kill(stuck_pid, signal.SIGKILL)
         raise AssertionError(f"the worker stuck in the example (pid {stuck_pid}) outlived the run")
+
+
+def test_the_markdown_carries_the_result_line_and_says_when_it_is_partial():
+    """A GitHub job summary shows the Markdown alone: it must end with the run's ``result:`` line, and an
+    interrupted run's must say so before anything else, naming the signal and the phase."""
+    from fuzz.report import closing_line
+
+    entry = TargetEntry(name="t", devices=("cpu",), by_device={"cpu": DeviceTally(examples=3, verdicts={"agree": 3})})
+    whole = Report((entry,), run={"seed": 0, "devices": ["cpu"]})
+    text = markdown(whole)
+    assert closing_line(whole) in text and "result: 1/1 targets agree" in text
+    assert text.rstrip().endswith("exit code 0") and "Interrupted" not in text
+    cut = Report((entry,), run={"seed": 0, "devices": ["cpu"], "interrupted_in": "fuzzing"}, interrupted="SIGTERM")
+    text = markdown(cut)
+    assert "**Interrupted by SIGTERM** in fuzzing: a partial report" in text
+    assert "interrupted by SIGTERM: the report holds what finished" in text  # the result line's meaning
+    assert text.index("Interrupted by SIGTERM") < text.index("| target |")
+    assert text.rstrip().endswith("exit code 143")
