@@ -307,10 +307,7 @@ class TargetEntry:
     @property
     def retired_label(self) -> str | None:
         """``retired in 0.34.0`` (``retired in this checkout``), or None: the verdict as the table says it."""
-        if not self.retired:
-            return None
-        release = self.retired.get("release")
-        return f"retired in {release}" if release else "retired in this checkout"
+        return retired_label(self.retired.get("release")) if self.retired else None
 
     def verdict_on(self, device: str) -> TargetVerdict:
         """agree, an example verdict, or a target-only one (fuzz.verdicts.device_verdict)."""
@@ -440,6 +437,12 @@ class TargetEntry:
             reach=read_reach(_field(data, "reach", dict, where, optional=True) or {}, where),
             same_code=_field(data, "same_code", str, where, optional=True),
             retired=_retired(data, where))
+
+
+def retired_label(release: str | None) -> str:
+    """What the verdict column says of a retired target: ``retired in 0.34.0``, or, where only a checkout
+    lacks the code, ``retired in this checkout`` (fuzz/releases/retired.py)."""
+    return f"retired in {release}" if release else "retired in this checkout"
 
 
 def _sync_descent(data: Any, where: str) -> dict[str, bool]:

@@ -182,8 +182,9 @@ def closing_line(report: Report) -> str:
         if code == EXIT_INCOMPLETE and report.upstream_not_compared():
             meaning += " (--upstream compared no target with the real vllm)"
         if code == EXIT_INCOMPLETE and report.changes_not_covered():
-            missing, branches = uncovered(merged_changes(report))
-            sync = " sync-relevant" if (merged_changes(report) or {}).get("require") == "sync" else ""
+            changes = merged_changes(report)
+            missing, branches = uncovered(changes)
+            sync = " sync-relevant" if (changes or {}).get("require") == "sync" else ""
             parts_ = [f"{len(missing)}{sync} changed definitions no target reached"] if missing else []
             parts_ += [f"{len(branches)}{sync} changed definitions with a changed branch no example took"] \
                 if branches else []

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from fuzz.errors import FuzzError, UsageError, unknown_name
 from fuzz.model import Failure, Interrupted, TargetEntry
+from fuzz.releases import version_key
 from fuzz.targets import CONTRACTS
 from fuzz.verdicts import EXAMPLE_VERDICTS
 
@@ -73,16 +74,12 @@ def load_known_issues(path: Path, targets: Iterable[str] | None = None) -> list[
     return data["issues"]
 
 
-def _numbers(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
-
-
 def _matches(issue: dict, target: str, contract: str, failure: Failure, optimized: str | None = None) -> bool:
     if issue["target"] != target or issue["verdict"] != failure.verdict:
         return False
     if "optimized" in issue:
         floor = _OPTIMIZED_RE.fullmatch(str(issue["optimized"]).strip())
-        if optimized is None or floor is None or _numbers(optimized) < _numbers(floor.group(1)):
+        if optimized is None or floor is None or version_key(optimized) < version_key(floor.group(1)):
             return False
     if "contract" in issue and issue["contract"] != contract:
         return False

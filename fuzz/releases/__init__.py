@@ -18,6 +18,7 @@ The upstream-source tooling, one package; the rest of the engine imports only th
 
 from __future__ import annotations
 
+from fuzz.releases.common import version_key
 from fuzz.releases.matching import HEADER_RE, CopyLines, align, check_copy, normalize, upstream_file
 from fuzz.releases.packs import add_parser as add_sources_parser
 from fuzz.releases.packs import catalog_paths, cmd_sources, release_source
@@ -49,7 +50,7 @@ __all__ = [
     "cmd_new_target", "cmd_provenance", "cmd_sources",
     # sides: a run's --legacy/--optimized bound to its targets, and what each side is
     "COPY", "PACKAGE", "CannotBuild", "Retired", "bind_sides", "check_repro_sides", "check_side", "identity",
-    "side_identities", "side_labels", "side_source", "base_source", "release_version",
+    "side_identities", "side_labels", "side_source", "base_source", "release_version", "version_key",
     # what the reach report and the sync rule read: the upstream files, copies matched to them, digests
     "HEADER_RE", "CopyLines", "align", "check_copy", "normalize", "upstream_file", "catalog_paths",
     "release_source", "upstream_files_by_module", "entry_digests", "claimed_digests",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fuzz.model import retired_label
 from fuzz.releases.common import PROJECT_ROOT, version_key
 from fuzz.releases.packs import (
     MANIFEST,
@@ -58,7 +59,7 @@ class Retirement:
     @property
     def label(self) -> str:
         """What the verdict column says: ``retired in 0.34.0`` (or ``retired in this checkout``)."""
-        return f"retired in {self.release}" if self.release else "retired in this checkout"
+        return retired_label(self.release)
 
     def to_json(self) -> dict[str, Any]:
         return {"side": self.side, "release": self.release, "files": list(self.files),
