@@ -124,11 +124,13 @@ def database_files(corpus: Path) -> list[tuple[str, Path]]:
     if not root.is_dir():
         return []
     found = []
-    for key in sorted(root.iterdir()):
+    for key in sorted(p for p in root.iterdir() if not p.name.startswith(".")):
         if not key.is_dir() or not _HASH_NAME.fullmatch(key.name):
             raise UsageError(f"{str(key)!r} is not a key folder of a Hypothesis example database (16 hex digits "
                              "naming a folder); that corpus was not written by fuzz run: move it away")
         for value in sorted(key.iterdir()):
+            if value.name.startswith("."):  # a copy in progress (fuzz.outputs.write_bytes' .tmp-*), never a value
+                continue
             if not value.is_file() or value.name != example_name(value.read_bytes()):
                 raise UsageError(f"{str(value)!r} is not an example of a Hypothesis example database (its name is "
                                  "not the hash of its content: damaged or from another tool); move it "

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fuzz.cli import build_parser, main
+from fuzz.corpusmerge import example_name
 from fuzz.plan import parse_shard
 from tests.unit.test_merge import _counts
 from tests.unit.test_workflows import _fuzz_commands, expand
@@ -294,3 +295,18 @@ def test_a_repro_name_held_with_other_content_keeps_both(tmp_path, capsys):
     assert re.fullmatch(r"t-divergence-0123456789ab\.[0-9a-f]{12}\.json", second[0])
     assert f"kept both: failures/{name}" in captured.err and second[0] in captured.err
     assert "failures +2 (1 already there, 1 kept under a second name)" in captured.out
+
+
+def test_a_copy_cut_short_is_left_out_and_the_merge_completes_it(tmp_path, capsys):
+    """A merge killed mid-copy leaves a ``.tmp-*`` file beside whole ones (fuzz.outputs.write_bytes): it is no
+    example, so a corpus holding one still merges, without it."""
+    value = b"\x01\x02"
+    key = "0123456789abcdef"
+    shard = tmp_path / "shard" / "hypothesis" / key
+    shard.mkdir(parents=True)
+    (shard / example_name(value)).write_bytes(value)
+    (shard / ".tmp-k1ll3d").write_bytes(value[:1])
+    out = tmp_path / "out"
+    assert main(["corpus-merge", str(out), str(tmp_path / "shard")]) == 0
+    assert sorted(p.name for p in (out / "hypothesis" / key).iterdir()) == [example_name(value)]
+    assert "example database +1 (0 already there)" in capsys.readouterr().out
