@@ -1,6 +1,6 @@
 """syncfuzz's command line: differential fuzzing of legacy vs optimized copies (docs/design.md).
 
-Subcommands: list, run, replay, coverage, merge-reports, trend, selftest, provenance, sources, new-target.
+Subcommands: list, run, replay, coverage, merge-reports, corpus-merge, trend, selftest, provenance, sources, new-target.
 
 Exit codes: 0 no failure, 1 a failing verdict found (or a replayed failure still fails), 2 usage or input
 error -- one line on stderr naming the problem and the fix, before any work -- or a fuzzer bug, 3 incomplete
@@ -21,6 +21,8 @@ from typing import Sequence
 
 from fuzz import journals
 from fuzz.config import RunConfig
+from fuzz.corpusmerge import add_parser as add_corpus_merge_parser
+from fuzz.corpusmerge import cmd_corpus_merge
 from fuzz.errors import FuzzError, HarnessError, UsageError
 from fuzz.limits import MIN_EXAMPLE_TIMEOUT, check_workers
 from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
@@ -202,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--markdown", metavar="FILE")
     merge.add_argument("--junit", metavar="FILE")
     merge.add_argument("--html", metavar="FILE", help=HTML_HELP)
+
+    add_corpus_merge_parser(commands)
 
     replay = commands.add_parser("replay", help="re-run a saved failure in a fresh process")
     replay.add_argument("file", metavar="FILE|DIR",
@@ -587,6 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         check_environment()  # before any command reads a variable deep inside its work
         commands = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "merge-reports": cmd_merge_reports,
+                    "corpus-merge": cmd_corpus_merge,
                     "trend": cmd_trend,
                     "selftest": cmd_selftest, "provenance": cmd_provenance,
                     "sources": cmd_sources, "new-target": cmd_new_target,

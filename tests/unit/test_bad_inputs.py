@@ -84,6 +84,7 @@ class WorkStarted(AssertionError):
 @pytest.fixture
 def no_work(monkeypatch):
     """Every entry point of real work raises: a case must be refused before it."""
+    import fuzz.corpusmerge
     import fuzz.orchestrate
     import fuzz.releases.packs
     import fuzz.releases.scaffold
@@ -101,7 +102,7 @@ def no_work(monkeypatch):
                          (fuzz.session, "write_outputs"),
                          (fuzz.selftest, "selftest_target"), (fuzz.releases.packs, "write_pack"),
                          (fuzz.releases.packs, "fetch_wheel"), (fuzz.releases.sources, "fetch_wheel"),
-                         (fuzz.releases.scaffold, "write")]:
+                         (fuzz.releases.scaffold, "write"), (fuzz.corpusmerge, "write_merge")]:
         monkeypatch.setattr(module, name, started)
     # No downloads and no user cache: releases resolve from the packs shipped in sources/ only.
     monkeypatch.delenv("SYNCFUZZ_SOURCES", raising=False)
@@ -176,6 +177,11 @@ def replay(content: bytes | dict | list, *extra: str) -> Case:
 
 def merge_in(content: bytes | str | dict | list) -> Case:
     return cmd("merge-reports", at("merged.json"), write("in.json", content))
+
+
+def shard_with(inside: str, content: bytes | str | dict) -> Callable[[Path], str]:
+    """A shard's corpus folder ``shard/`` holding ``inside`` (for corpus-merge): its path."""
+    return lambda w: (write(f"shard/{inside}", content)(w), str(w / "shard"))[1]
 
 
 REPRO = f"corpus/failures/{REPRO_NAME}"
@@ -372,6 +378,29 @@ CASES: dict[str, Case] = dict([
                                                "--markdown", at("m.md"), "--junit", at("m.md"))),
     ("merge-out-and-markdown-same-file", cmd("merge-reports", at("merged.json"), at("report.json"),
                                              "--markdown", at("merged.json"))),
+    # issue 45: a nightly across hosts (corpus-merge OUT_CORPUS SHARD_CORPUS...)
+    ("corpus-merge-no-arguments", cmd("corpus-merge")),
+    ("corpus-merge-no-inputs", cmd("corpus-merge", at("merged-corpus"))),
+    ("corpus-merge-input-missing", cmd("corpus-merge", at("merged-corpus"), at("absent-corpus"))),
+    ("corpus-merge-input-empty", cmd("corpus-merge", at("merged-corpus"), "")),
+    ("corpus-merge-input-a-file", cmd("corpus-merge", at("merged-corpus"), at("report.json"))),
+    ("corpus-merge-input-not-a-corpus", cmd("corpus-merge", at("merged-corpus"), at("."))),
+    ("corpus-merge-input-twice", cmd("corpus-merge", at("merged-corpus"), at("corpus"), at("corpus/."))),
+    ("corpus-merge-input-database-a-file", cmd("corpus-merge", at("merged-corpus"), at("corpus"),
+                                               shard_with("hypothesis", "x"))),
+    ("corpus-merge-input-database-not-key-folders", cmd("corpus-merge", at("merged-corpus"),
+                                                        shard_with("hypothesis/notes.txt", "x"))),
+    ("corpus-merge-input-database-damaged", cmd("corpus-merge", at("merged-corpus"), shard_with(
+        "hypothesis/0123456789abcdef/0123456789abcdef", b"\x00\x01"))),
+    ("corpus-merge-out-is-an-input", cmd("corpus-merge", at("corpus"), at("corpus"))),
+    ("corpus-merge-out-inside-an-input", cmd("corpus-merge", at("corpus/merged"), at("corpus"))),
+    ("corpus-merge-out-holds-an-input", cmd("corpus-merge", at("corpus"), lambda w: str(
+        Path(write("corpus/shard/failures/a.json", _repro())(w)).parents[1]))),
+    ("corpus-merge-out-empty", cmd("corpus-merge", "", at("corpus"))),
+    ("corpus-merge-out-a-file", cmd("corpus-merge", at("notes.txt"), at("corpus"))),
+    ("corpus-merge-out-not-a-corpus", cmd("corpus-merge", lambda w: str(Path(write("mine/notes.txt", "x")(w)).parent),
+                                          at("corpus"))),
+    ("corpus-merge-out-in-proc", cmd("corpus-merge", "/proc/merged-corpus", at("corpus"))),
     # ----------------------------------------------------------------- selftest
     ("selftest-unknown-target", cmd("selftest", "--target", "nope")),
     ("selftest-max-examples-zero", cmd("selftest", "--target", TARGET, "--max-examples", "0")),
