@@ -26,6 +26,7 @@ from pathlib import Path
 
 TARGET = "fla-chunk-offsets"
 REPRO = f"corpus/failures/{TARGET}-divergence-000000000000.json"
+UPSTREAM = "vllm/v1/utils.py::CpuGpuBuffer.copy_to_gpu"
 RUN = ["run", "--target", TARGET, "--device", "cpu", "--max-examples", "1", "--in-process", "--quiet",
        "--confirm", "0", "--corpus", "corpus"]
 
@@ -67,7 +68,8 @@ def cases() -> list[Case]:
         c("merge-html-and-markdown-same", ("merge-reports", "merged.json", "report.json", "--html", "m.x",
                                            "--markdown", "m.x")),
         c("merge-junit-over-a-repro", ("merge-reports", "merged.json", "report.json", "--junit", REPRO)),
-        c("merge-into-the-corpus-failures", ("merge-reports", "corpus/failures/m.json", "report.json")),
+        c("merge-into-the-corpus-failures", ("merge-reports", "corpus/failures/m.json", "report.json"),
+          "merge-reports knows no corpus; replay DIR lists a stray report as invalid and replays the rest"),
         # run
         c("run-html-a-folder", (*RUN, "--html", "corpus")),
         c("run-html-over-a-report-input", (*RUN, "--html", "report.json")),
@@ -93,7 +95,7 @@ def cases() -> list[Case]:
         c("run-known-issues-a-repro", (*RUN, "--known-issues", REPRO)),
         c("run-sources-a-report", (*RUN, "--sources", "report.json")),
         c("run-example-timeout-letters", (*RUN, "--example-timeout", "soon")),
-        c("run-budget-and-profile", (*RUN[:6], "--budget", "5", *RUN[8:], "--profile", "premerge"),
+        c("run-budget-and-profile", (*RUN[:6], *RUN[8:], "--budget", "5", "--profile", "premerge"),
           "a budget with a profile: the budget is the flag's"),
         # replay
         c("replay-a-report", ("replay", "report.json")),
@@ -129,20 +131,20 @@ def cases() -> list[Case]:
         c("sources-fetch-unknown-release", ("sources", "fetch", "vllm==9.9.9", "--into", "packs")),
         c("sources-fetch-spec-typo", ("sources", "fetch", "vllm=0.30.0", "--into", "packs")),
         # new-target
-        c("new-target-same-versions", ("new-target", "my-target", "--upstream", "vllm/x.py::f",
-                                       "--legacy-version", "0.30.0", "--optimized-version", "0.30.0")),
-        c("new-target-taken-name-other-root", ("new-target", TARGET, "--upstream", "vllm/x.py::f",
+        c("new-target-same-versions", ("new-target", "my-target", "--upstream", UPSTREAM,
+                                       "--legacy-version", "0.30.0", "--optimized-version", "0.30.0", "--root", "checkout")),
+        c("new-target-taken-name-other-root", ("new-target", TARGET, "--upstream", UPSTREAM,
                                                "--legacy-version", "0.29.0", "--optimized-version", "0.30.0",
                                                "--root", "checkout")),
-        c("new-target-versions-backwards", ("new-target", "my-target", "--upstream", "vllm/x.py::f",
-                                            "--legacy-version", "0.30.0", "--optimized-version", "0.29.0")),
-        c("new-target-version-letters", ("new-target", "my-target", "--upstream", "vllm/x.py::f",
-                                         "--legacy-version", "old", "--optimized-version", "new")),
+        c("new-target-versions-backwards", ("new-target", "my-target", "--upstream", UPSTREAM,
+                                            "--legacy-version", "0.30.0", "--optimized-version", "0.29.0", "--root", "checkout")),
+        c("new-target-version-letters", ("new-target", "my-target", "--upstream", UPSTREAM,
+                                         "--legacy-version", "old", "--optimized-version", "new", "--root", "checkout")),
         c("new-target-upstream-not-vllm", ("new-target", "my-target", "--upstream", "torch/x.py::f",
-                                           "--legacy-version", "0.29.0", "--optimized-version", "0.30.0")),
-        c("new-target-also-same-as-upstream", ("new-target", "my-target", "--upstream", "vllm/x.py::f",
-                                               "--also", "vllm/x.py::f", "--legacy-version", "0.29.0",
-                                               "--optimized-version", "0.30.0")),
+                                           "--legacy-version", "0.29.0", "--optimized-version", "0.30.0", "--root", "checkout")),
+        c("new-target-also-same-as-upstream", ("new-target", "my-target", "--upstream", UPSTREAM,
+                                               "--also", UPSTREAM, "--legacy-version", "0.29.0",
+                                               "--optimized-version", "0.30.0", "--root", "checkout")),
         # list
         c("list-json-extra", ("list", "--json", "x")),
     ]
@@ -153,8 +155,8 @@ def make_world(root: Path) -> None:
     run = [sys.executable, "-m", "fuzz"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     for name, extra in [("report.json", ["--seed", "0"]), ("report2.json", ["--seed", "1"]),
-                        ("shard1.json", ["--seed", "2", "--pieces", "2", "--shard", "1/2"]),
-                        ("shard2.json", ["--seed", "2", "--pieces", "2", "--shard", "2/2"])]:
+                        ("shard1.json", ["--seed", "2", "--pieces", "2", "--shard", "1/2", "--max-examples", "2"]),
+                        ("shard2.json", ["--seed", "2", "--pieces", "2", "--shard", "2/2", "--max-examples", "2"])]:
         subprocess.run([*run, *RUN, "--corpus", "setup-corpus", "--report", name, *extra], cwd=root, env=env,
                        check=True, capture_output=True)
     (root / "corpus" / "failures").mkdir(parents=True)
