@@ -181,9 +181,12 @@ def test_impossible_counts_are_refused_when_read(tmp_path, capsys, case):
 def test_a_partial_merge_is_written_with_complete_false_and_can_be_completed(tmp_path, capsys):
     shards = [write(tmp_path, f"s{i}.json", scoped(PLAN.replace(shard=f"{i}/3"), (i, 3))) for i in (1, 2, 3)]
     partial = tmp_path / "partial.json"
-    assert main(["merge-reports", str(partial), shards[0], shards[2]]) == 0
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("note: ") and "missing 2/3" in err, err
+    # Exit 3 (incomplete): the merge was not stopped, but it does not show all its run was asked to.
+    assert main(["merge-reports", str(partial), shards[0], shards[2]]) == 3
+    out, err = capsys.readouterr()
+    err = err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("note: a partial merge") and "missing 2/3" in err, err
+    assert "exit 3: incomplete" in out and "a partial merge: the merge covers 2 of the run's 3 shards" in out
     scope = json.loads(partial.read_text())["run"]["scope"]
     assert scope["complete"] is False and scope["missing"] == [2] and scope["covered"] == [1, 3]
     assert scope["shard_count"] == 3 and scope["plan_digest"] == scoped(PLAN)["scope"]["plan_digest"]
