@@ -322,3 +322,12 @@ def test_reports_from_before_run_planned_read_as_before(tmp_path, capsys):
     assert main(["merge-reports", str(tmp_path / "out.json"), str(path), "--junit", str(tmp_path / "o.xml")]) == 3
     assert "which targets never ran is not recorded" in capsys.readouterr().err
     assert 'classname="syncfuzz.run" name="never ran"' in (tmp_path / "o.xml").read_text()
+
+
+def test_a_report_stopped_in_set_up_is_refused_as_what_it_is(tmp_path, capsys):
+    """Stopped before its run was planned, a report has no scope: not one "from before scopes were recorded"."""
+    path = tmp_path / "setup.json"
+    path.write_text(json.dumps(Report((), run={"planned": ["t"], "interrupted_in": "set-up"},
+                                      interrupted="SIGTERM").to_json()))
+    err = refused(tmp_path, capsys, str(path))
+    assert "was stopped in set-up, before its run was planned" in err and "predates" not in err
