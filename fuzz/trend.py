@@ -4,7 +4,7 @@
 reports (``read_report``: one of another format version is refused with the model's own line) and builds a
 ``Trend``: per night and per target the examples, examples/s (examples / seconds), the verdict, the syncs per
 call (legacy and optimized, median and max, from the CUDA histograms) and the failures by
-``Failure.signature``, each classified against the night before:
+``Failure.signature``, each classified against the nights before:
 
 * ``new``: seen on no earlier night of the trend (on that target and device), not accepted as known;
 * ``still failing``: seen on an earlier night too (each night draws other inputs: a failure not drawn one
