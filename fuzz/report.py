@@ -203,10 +203,12 @@ def partial_lines(report: Report) -> list[str]:
     why = report.partial()
     if why is None:
         return []
-    lines = [f"{why}: a partial report; it holds only the targets whose items finished"]
-    never = report.never_ran()
     scope = report.run.get("scope")
     lacks_shards = isinstance(scope, Mapping) and scope.get("complete") is False
+    held = {(False, True): "the shards it merged", (True, True): "what finished in the shards it merged"}.get(
+        (bool(report.interrupted), lacks_shards), "the targets whose items finished")
+    lines = [f"{why}: a partial report; it holds only {held}"]
+    never = report.never_ran()
     unnamed = "; the missing shards' targets are not named here" if lacks_shards else ""
     if never is None:
         lines.append("never ran: not recorded (a report from before run.planned, or stopped before its targets "
