@@ -331,3 +331,17 @@ def test_a_report_stopped_in_set_up_is_refused_as_what_it_is(tmp_path, capsys):
                                       interrupted="SIGTERM").to_json()))
     err = refused(tmp_path, capsys, str(path))
     assert "was stopped in set-up, before its run was planned" in err and "predates" not in err
+
+
+def test_a_merge_missing_a_shard_says_so_in_markdown_and_junit(tmp_path, capsys):
+    """Its targets cannot be named, but the gap can: one JUnit error per missing shard, and the Markdown's top."""
+    import xml.etree.ElementTree as ET
+
+    shards = [write(tmp_path, f"s{i}.json", scoped(PLAN.replace(shard=f"{i}/3"), (i, 3))) for i in (1, 2, 3)]
+    out, md, xml = tmp_path / "out.json", tmp_path / "out.md", tmp_path / "out.xml"
+    assert main(["merge-reports", str(out), shards[0], "--markdown", str(md), "--junit", str(xml)]) == 3
+    assert "**Partial**: the merge covers 1 of the run's 3 shards (missing 2/3, 3/3)" in md.read_text()
+    cases = [(c.get("classname"), c.get("name")) for c in ET.parse(xml).getroot().iter("testcase")
+             if c.find("error") is not None]
+    assert cases == [("syncfuzz.shards", "shard 2/3"), ("syncfuzz.shards", "shard 3/3")]
+    assert json.loads(out.read_text())["never_ran"] == []  # what it holds ran whole; the gap is the shards
