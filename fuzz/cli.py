@@ -4,8 +4,9 @@ Subcommands: list, run, replay, coverage, merge-reports, corpus-merge, trend, se
 
 Exit codes: 0 no failure, 1 a failing verdict found (or a replayed failure still fails), 2 usage or input
 error -- one line on stderr naming the problem and the fix, before any work -- or a fuzzer bug, 3 incomplete
-(some target x device ran no example, could not be built, or a check asked for could not run), 128 + N
-stopped by signal N (the report of what finished is still written: fuzz/interrupts.py).
+(some target x device ran no example, could not be built, or a check asked for could not run; a merge holding
+an interrupted part or missing shards), 128 + N stopped by signal N (the report of what finished is still
+written: fuzz/interrupts.py; merge-reports exits by what it merged, never by an input's signal).
 """
 
 from __future__ import annotations
@@ -198,7 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--min-kill-rate", type=_rate, metavar="R",
                           help="exit 1 if a target's kill rate (equivalents excluded) is below R")
 
-    merge = commands.add_parser("merge-reports", help="merge JSON reports of shards or hosts into one")
+    merge = commands.add_parser("merge-reports", help="merge JSON reports of shards or hosts into one",
+                                epilog="exit codes, judged on the merged content: 0 no failure, 1 a failing verdict, "
+                                       "2 refused (one line, nothing written) or a fuzzer bug, 3 incomplete, also a "
+                                       "partial merge (a part stopped by a signal, or missing shards): an input's "
+                                       "signal is said in every output, never passed on as 128 + N")
     merge.add_argument("output", metavar="OUT.json")
     merge.add_argument("inputs", metavar="IN.json", nargs="+")
     merge.add_argument("--markdown", metavar="FILE")

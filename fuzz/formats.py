@@ -14,7 +14,16 @@ from xml.etree import ElementTree as ET
 from fuzz.machine import gpu_clauses, report_machines, sharing_clause
 from fuzz.model import Failure, Report
 from fuzz.reachdata import change_line, merged_changes, uncovered, untaken_text
-from fuzz.report import closing_line, consumer_column, reach_column, report_notes, retired_reason, rows, sync_column
+from fuzz.report import (
+    closing_line,
+    consumer_column,
+    partial_lines,
+    reach_column,
+    report_notes,
+    retired_reason,
+    rows,
+    sync_column,
+)
 from fuzz.verdicts import CANNOT_BUILD, FUZZER_ERROR, RETIRED, SAME_CODE, UNREACHED, UNTESTED
 
 _UNTESTED_WHY = "no example ran within its share of the budget"
@@ -70,6 +79,21 @@ def _machine_section(run: Mapping[str, Any]) -> list[str]:
     return lines[:-1]
 
 
+def _partial_markdown(report: Report) -> list[str]:
+    """A partial report's first lines: why (the signal and phase; a merge's interrupted part or missing
+    shards), and the targets that never ran."""
+    said = partial_lines(report)
+    if not said:
+        return []
+    if report.interrupted and not report.is_merge:
+        phase = report.run.get("interrupted_in")
+        head = (f"**Interrupted by {report.interrupted}**" + (f" in {phase}" if phase else "")
+                + ": a partial report; it holds only the targets whose items finished.")
+    else:
+        head = f"**Partial**: {said[0]}."
+    return ["", head, "", said[1].replace("never ran:", "**Never ran**:", 1), ""]
+
+
 def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Sequence[str] = ()) -> str:
     """The report in Markdown; ``images`` {chart title: PNG file name beside the Markdown file} are linked
     under "## Charts", with ``notes`` (why a chart is missing) after them."""
@@ -79,10 +103,7 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
         devices = ",".join(run.get("devices", []))
         lines.append(f"seed `{run['seed']}` · contract `{run.get('contract')}` · devices `{devices}`"
                      + (f" · profile `{run['profile']}`" if run.get("profile") else ""))
-    if report.interrupted:  # a job summary must not read as a whole run
-        phase = run.get("interrupted_in")
-        lines += ["", f"**Interrupted by {report.interrupted}**" + (f" in {phase}" if phase else "")
-                  + ": a partial report; it holds only the targets whose items finished.", ""]
+    lines += _partial_markdown(report)  # a job summary must not read as a whole run
     versions = report.versions
     lines += [f"torch {versions.get('torch')} · {versions.get('gpu') or 'no GPU'} · legacy {versions.get('legacy')} · "
               f"optimized {versions.get('optimized')}", ""]
@@ -146,6 +167,41 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
 
 
 SHOWN_UNTAKEN = 4  # changed lines and branches not taken a side in the Markdown table (the HTML lists all)
+
+
+def _partial_cases(report: Report, suite: ET.Element) -> int:
+    """A partial report's gaps as JUnit errors, so CI shows red, not a green run with fewer tests: one
+    case per planned target that never ran, one per shard missing from a merge, one where the plan is
+    not recorded; and the reason as suite properties. Returns how many cases it added."""
+    why = report.partial()
+    if why is None:
+        return 0
+    properties = ET.Element("properties")
+    suite.insert(0, properties)  # JUnit readers expect the properties before the cases
+    ET.SubElement(properties, "property", name="partial", value=why)
+    if report.interrupted:
+        ET.SubElement(properties, "property", name="interrupted", value=report.interrupted)
+    added = 0
+    never = report.never_ran()
+    for name in never or ():
+        case = ET.SubElement(suite, "testcase", classname=f"syncfuzz.{name}", name="never ran", time="0")
+        ET.SubElement(case, "error", message=f"never ran: {why}").text = \
+            f"{name} was planned for this run, but the report holds none of its results ({why})"
+        added += 1
+    if never is None:
+        case = ET.SubElement(suite, "testcase", classname="syncfuzz.run", name="never ran", time="0")
+        ET.SubElement(case, "error", message=f"partial: {why}").text = \
+            "which targets never ran is not recorded (a report from before run.planned)"
+        added += 1
+    scope = report.run.get("scope") if isinstance(report.run.get("scope"), Mapping) else {}
+    if scope.get("complete") is False:
+        for index in scope.get("missing") or []:
+            shard = f"{index}/{scope.get('shard_count')}"
+            case = ET.SubElement(suite, "testcase", classname="syncfuzz.shards", name=f"shard {shard}", time="0")
+            ET.SubElement(case, "error", message=f"shard {shard} is not in this merge").text = \
+                f"the targets of shard {shard} never ran here; merge it in (python -m fuzz merge-reports)"
+            added += 1
+    return added
 
 
 def junit_xml(report: Report) -> str:
@@ -213,6 +269,9 @@ def junit_xml(report: Report) -> str:
 
         ET.SubElement(case, "system-out").text = "\n".join(
             [change_line(changes) or "", *(about(c) for c in changes["changed"])])
+    gaps = _partial_cases(report, suite)
+    tests += gaps
+    errors += gaps
     suite.set("tests", str(tests))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

@@ -17,7 +17,7 @@ from fuzz.charts import report_charts, svg_for_html
 from fuzz.machine import machine_lines, report_machines
 from fuzz.model import Failure, Report, TargetEntry
 from fuzz.reachdata import change_line, merged_changes, untaken_text
-from fuzz.report import SUMMARY_HEADER, closing_line, failure_lines, report_notes, summary_rows
+from fuzz.report import SUMMARY_HEADER, closing_line, failure_lines, partial_lines, report_notes, summary_rows
 from fuzz.verdicts import CRASH_VERDICTS
 
 # The page's first lines: what an existing file must start with for --html to replace it (fuzz/preflight.py).
@@ -254,9 +254,7 @@ def html_report(report: Report) -> str:
     body = [HEAD + "<title>syncfuzz report</title>\n<style>" + CSS + "</style>\n</head>\n<body>",
             "<h1>syncfuzz report</h1>", f"<p>{_subtitle(report)}</p>",
             f'<p class="result {_result_class(report)}" id="result">{_e(closing_line(report))}</p>']
-    if report.interrupted:
-        body.append(f"<p class=\"new\">interrupted by {_e(report.interrupted)}: the report holds the items "
-                    "that finished</p>")
+    body += [f'<p class="new partial">{_e(line)}</p>' for line in partial_lines(report)]
     body += ["<h2>Summary</h2>", _summary(report), _notes(report), "<h2>Charts</h2>", _charts(report)]
     body.append(_changes(report))
     body.append(f"<h2>Failures ({len(failures)})</h2>")

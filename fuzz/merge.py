@@ -22,7 +22,11 @@ verdict counts and sync histograms per device and keep each failure once
 that run's own report in its counts and failures (not its seconds or
 placement; tests/unit/test_merge.py runs it). A merge missing some shards is still
 written, with ``complete: false`` and the ``missing`` shards in its scope, and
-can be merged again with them. The exit code follows the run's rule. Each input's machine use
+can be merged again with them. The exit code follows the run's rule, judged on the merged content: a merge
+is never "interrupted" itself, so one holding an interrupted part (``interrupted`` names its signal,
+``merged_from`` which part) or missing shards exits 3 (incomplete) unless a failure (1) or fuzzer error (2)
+says more; every output says it is partial and which planned targets never ran (``Report.partial``,
+``Report.never_ran``). Each input's machine use
 (``run.machine``: rates, GPU readings, sharing) is kept as ``run.machines``, one per input with its file
 name, never summed into one machine's figures.
 """
@@ -82,10 +86,13 @@ def _machines(named: Sequence[tuple[str, Report]]) -> list[dict[str, Any]]:
 
 
 def incomplete_note(merged: Report) -> str | None:
-    """One line for stderr when the merge lacks some of the run's shards."""
-    scope = merged.run.get("scope") or {}
-    if scope.get("complete", True):
+    """One line for stderr when the merge is partial: it lacks some of the run's shards, or holds an
+    interrupted part."""
+    why = merged.partial()
+    if why is None:
         return None
-    missing = ", ".join(f"{i}/{scope['shard_count']}" for i in scope["missing"])
-    return (f"note: the merge covers {len(scope['covered'])} of the run's {scope['shard_count']} shards (missing "
-            f"{missing}): its totals are partial (scope.complete false); merge it again with the missing shards")
+    never = merged.never_ran()
+    named = f"never ran: {', '.join(never)}" if never else \
+        "which targets never ran is not recorded" if never is None else "no planned target of its parts is missing"
+    return (f"note: a partial merge ({why}; {named}): its totals hold only what finished and was merged; merge "
+            "it again with the missing shards, or re-run an interrupted one and merge that")

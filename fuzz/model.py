@@ -464,6 +464,17 @@ def _retired(data: Any, where: str) -> Mapping[str, Any] | None:
     return record
 
 
+def _part_name(run: Mapping[str, Any]) -> str:
+    """A merged part as a person names it: ``shard 2/3``, or ``a part`` where its scope does not say."""
+    scope = run.get("scope") if isinstance(run.get("scope"), Mapping) else {}
+    covers = scope.get("covers")
+    shard = covers[0].get("shard") if isinstance(covers, list) and len(covers) == 1 \
+        and isinstance(covers[0], Mapping) else scope.get("shard")
+    if isinstance(shard, list) and len(shard) == 2:
+        return "the whole run" if shard[1] == 1 else f"shard {shard[0]}/{shard[1]}"
+    return "a part"
+
+
 def add_entries(entries: Iterable[TargetEntry]) -> list[TargetEntry]:
     """Entries of the same target summed, in order of first appearance."""
     totals: dict[str, TargetEntry] = {}
@@ -479,21 +490,81 @@ class Report:
     targets: tuple[TargetEntry, ...]
     run: Mapping[str, Any] = field(default_factory=dict)
     versions: Mapping[str, Any] = field(default_factory=dict)
-    interrupted: str | None = None  # "SIGTERM": a partial report of the items that finished
+    # "SIGTERM": a partial report of the items that finished; in a merge, the signal that stopped a part.
+    interrupted: str | None = None
 
     def exit_code(self) -> int:
-        """128 + signal if interrupted, 2 a fuzzer error, 1 a failure not
-        accepted as known, 3 incomplete, 0 clean."""
-        if self.interrupted:
+        """128 + signal if this run was interrupted, 2 a fuzzer error, 1 a failure not accepted as
+        known, 3 incomplete (a merge holding an interrupted part or missing a shard is: the merge itself
+        was not stopped, its content is partial), 0 clean."""
+        if self.interrupted and not self.is_merge:
             return 128 + {"SIGINT": 2, "SIGTERM": 15}.get(self.interrupted, 2)
         if any(e.fuzzer_error for e in self.targets):
             return EXIT_USAGE
         if self.new_failures():
             return EXIT_FAILURE
         if self.untested() or self.cannot_build() or self.upstream_not_compared() or self.unreached() \
-                or self.changes_not_covered():
+                or self.changes_not_covered() or self.partial():
             return EXIT_INCOMPLETE
         return EXIT_OK
+
+    @property
+    def is_merge(self) -> bool:
+        """Written by merge-reports: its run lists the runs it merges, or (one input) its scope the parts
+        it covers."""
+        scope = self.run.get("scope")
+        return isinstance(self.run.get("merged_from"), list) or (isinstance(scope, Mapping) and "covers" in scope)
+
+    def _parts(self) -> list[Mapping[str, Any]]:
+        """The runs this report holds, each with its own ``interrupted`` signal where it had one: itself, or
+        a merge's parts."""
+        if isinstance(self.run.get("merged_from"), list):
+            return [part for part in self.run["merged_from"] if isinstance(part, Mapping)]
+        return [{**self.run, "interrupted": self.interrupted}]
+
+    def partial(self) -> str | None:
+        """Why this report holds less than its run planned, in words; None for a whole report. A run
+        stopped by a signal; a merge with an interrupted part, or missing some of the run's shards."""
+        if not self.is_merge:
+            if not self.interrupted:
+                return None
+            phase = self.run.get("interrupted_in")
+            return f"interrupted by {self.interrupted}" + (f" in {phase}" if phase else "")
+        why = [f"{_part_name(part)} was interrupted by {part.get('interrupted') or self.interrupted}"
+               + (f" in {part['interrupted_in']}" if isinstance(part.get("interrupted_in"), str) else "")
+               for part in self._parts() if part.get("interrupted_in") or part.get("interrupted")]
+        if self.interrupted and not why:  # no part's run says which one stopped
+            why.append(f"a part was interrupted by {self.interrupted}")
+        scope = self.run.get("scope")
+        if isinstance(scope, Mapping) and scope.get("complete") is False:
+            count, covered = scope.get("shard_count"), scope.get("covered") or []
+            why.append(f"the merge covers {len(covered)} of the run's {count} shards (missing "
+                       + ", ".join(f"{i}/{count}" for i in scope.get("missing") or []) + ")")
+        return "; ".join(why) or None
+
+    def planned(self) -> list[str] | None:
+        """The targets this report was to hold (``run.planned``; a merge's parts' together, in order); None
+        when a part does not record it (written before run.planned, or stopped before its targets were
+        looked up)."""
+        names: list[str] = []
+        for part in self._parts():
+            listed = part.get("planned")
+            if not isinstance(listed, list):
+                return None
+            names += [name for name in listed if isinstance(name, str) and name not in names]
+        return names
+
+    def never_ran(self) -> list[str] | None:
+        """The planned targets a partial report holds no entry of, in plan order ([] for a whole report);
+        None where the plan is not recorded. A merge missing shards does not know those shards' targets:
+        they are not named here (``partial()`` names the shards)."""
+        if not self.interrupted:  # whole, or a merge lacking shards: every part it holds ran its plan
+            return []
+        planned = self.planned()
+        if planned is None:
+            return None
+        present = {entry.name for entry in self.targets}
+        return [name for name in planned if name not in present]
 
     def upstream_not_compared(self) -> bool:
         """``--upstream`` was asked for, yet no target could be compared with the
@@ -539,13 +610,16 @@ class Report:
         return counts
 
     def __add__(self, other: Report) -> Report:
-        runs = [*self.run.get("merged_from", [self.run]), *other.run.get("merged_from", [other.run])]
+        # Each part keeps the signal that stopped it: the merge's own ``interrupted`` can name only one.
+        runs = [*self._parts(), *other._parts()]
+        runs = [{k: v for k, v in run.items() if k != "interrupted" or v} for run in runs]
         return Report(tuple(add_entries([*self.targets, *other.targets])), {"merged_from": runs},
                       self.versions or other.versions, self.interrupted or other.interrupted)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": REPORT_FORMAT, "run": dict(self.run), "versions": dict(self.versions),
-                "interrupted": self.interrupted, "exit_code": self.exit_code(),
+                "interrupted": self.interrupted, "partial": self.partial(), "never_ran": self.never_ran(),
+                "exit_code": self.exit_code(),
                 "failures_by_verdict": self.failures_by_verdict(), "targets": [e.to_json() for e in self.targets]}
 
     @classmethod

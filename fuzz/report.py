@@ -174,9 +174,14 @@ def closing_line(report: Report) -> str:
              f"{buckets.count('cannot-build')} cannot-build"]
     parts += [f"{buckets.count(b)} {b}" for b in ("retired", "same-code", "unreached", "skipped", "fuzzer-error")
               if b in buckets]
+    never = report.never_ran()
+    if never:
+        parts.append(f"{len(never)} never ran")
     code = report.exit_code()
-    if report.interrupted:
+    if report.interrupted and not report.is_merge:
         meaning = f"interrupted by {report.interrupted}: the report holds what finished"
+    elif code == EXIT_INCOMPLETE and report.partial():
+        meaning = f"{EXIT_MEANINGS[code]} (a partial merge: {report.partial()})"
     else:
         meaning = EXIT_MEANINGS.get(code, "")
         if code == EXIT_INCOMPLETE and report.upstream_not_compared():
@@ -190,6 +195,30 @@ def closing_line(report: Report) -> str:
                 if branches else []
             meaning += f" ({'; '.join(parts_)})"
     return f"result: {', '.join(parts)}; exit {code}: {meaning}"
+
+
+def partial_lines(report: Report) -> list[str]:
+    """What a partial report lacks, for the top of every output (none for a whole one): why it is
+    partial, and the targets it was to hold that never ran."""
+    why = report.partial()
+    if why is None:
+        return []
+    scope = report.run.get("scope")
+    lacks_shards = isinstance(scope, Mapping) and scope.get("complete") is False
+    held = {(False, True): "the shards it merged", (True, True): "what finished in the shards it merged"}.get(
+        (bool(report.interrupted), lacks_shards), "the targets whose items finished")
+    lines = [f"{why}: a partial report; it holds only {held}"]
+    never = report.never_ran()
+    unnamed = "; the missing shards' targets are not named here" if lacks_shards else ""
+    if never is None:
+        lines.append("never ran: not recorded (a report from before run.planned, or stopped before its targets "
+                     "were looked up)")
+    elif never:
+        lines.append(f"never ran: {', '.join(never)} ({len(never)} of the {len(report.planned() or ())} "
+                     f"targets planned{unnamed})")
+    else:
+        lines.append(f"never ran: none; every planned target has an entry{unnamed}")
+    return lines
 
 
 PROGRESS_MARK = "[fuzz] progress "  # a live status line: redrawn on a terminal, dropped from logs

@@ -71,6 +71,9 @@ def _plain(value: Any) -> Any:
 def read_scope(run: Mapping[str, Any], name: str) -> dict:
     """A report's scope, checked; one ReportError line for a missing or damaged one."""
     scope = run.get("scope")
+    if scope is None and run.get("interrupted_in") == "set-up":
+        raise ReportError(f"report {name!r} was stopped in set-up, before its run was planned (it has no scope "
+                          "and no result): there is nothing of it to merge; re-run that shard, or merge the others")
     if scope is None:
         # Written before scopes were recorded (or stopped before its run was planned). Without a run id
         # and shard, a copy of another report cannot be told from a part of its own: refused, not trusted.

@@ -64,6 +64,9 @@ class RunState:
     entries: list[TargetEntry] = field(default_factory=list)  # finished: fuzzed items, cannot-build targets
     # The machine's use while the items ran (fuzz/machine.py): GPU sharing, NVML samples, examples/s.
     machine: dict = field(default_factory=dict)
+    # The targets this run (or shard) is to report, the report's run.planned: what an interrupted run
+    # never ran is told from it. None until the targets are looked up.
+    planned: list[str] | None = None
 
 
 def run(config: RunConfig, *, outputs: Mapping[str, Path] | None = None, known_issues: Path | str | None = None,
@@ -81,9 +84,9 @@ def run(config: RunConfig, *, outputs: Mapping[str, Path] | None = None, known_i
         try:
             return _run(config, known_issues, state)
         except Interrupted as stop:
-            return _finish_interrupted(stop, state)
+            return _finish_interrupted(stop, state, config)
         except KeyboardInterrupt:  # between the phases' own handlers: report what the state holds
-            return _finish_interrupted(Interrupted(state.entries, interrupted_by()), state)
+            return _finish_interrupted(Interrupted(state.entries, interrupted_by()), state, config)
 
 
 def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) -> RunResult:
@@ -98,6 +101,7 @@ def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) ->
     enter("set-up")
     config.validate()
     targets = lookup(list(config.targets), config.target_modules)
+    state.planned = [t.name for t in targets]
     if "cuda" in config.devices and not cuda_available():
         raise UsageError("devices include cuda, but this torch sees no CUDA device; use devices ('cpu',)")
     if config.example_timeout < MIN_EXAMPLE_TIMEOUT:
@@ -111,6 +115,10 @@ def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) ->
     unbuilt = _unbuildable(targets, config, quiet=state.quiet)
     buildable = [t for t in targets if t.name not in {e.name for e in unbuilt}]
     items = plan(buildable, seed=config.seed, pieces=config.pieces, max_examples=config.max_examples, shard=shard)
+    # A shard reports its share: the targets it has an item of, and those no side could be built into
+    # (every shard reports them).
+    shared = {e.name for e in unbuilt} | {item.target.name for item in items}
+    state.planned = [name for name in state.planned if name in shared]
     if not items and not unbuilt:
         planned = len(targets) * config.pieces
         raise UsageError(f"--shard {config.shard} leaves no item: the run plans {planned} (targets x --pieces); "
@@ -256,10 +264,11 @@ def _print_summary(report: Report, say: Say) -> None:
         say(line)
 
 
-def _finish_interrupted(stop: Interrupted, state: RunState) -> RunResult:
+def _finish_interrupted(stop: Interrupted, state: RunState, asked: RunConfig) -> RunResult:
     """The report of what finished when a signal stopped the run: the items
     done, the failures confirmed so far (the rest labelled unconfirmed), known
-    issues applied as in a whole run."""
+    issues applied as in a whole run, and the targets planned (``asked``: the
+    config as given, for a stop before set-up checked it)."""
     from fuzz.interrupts import current_phase, deferred
     from fuzz.triage import label_unconfirmed, mark_known
 
@@ -270,16 +279,34 @@ def _finish_interrupted(stop: Interrupted, state: RunState) -> RunResult:
             entries = label_unconfirmed(entries, f"the run was interrupted ({stop.signal_name}) before its replays")
         if config is not None:
             entries = mark_known(entries, state.known, config.contract, optimized_version(config))
-        run = run_info(config, entries, state.machine, state.started) if config is not None else {}
+        planned = state.planned if state.planned is not None else _planned_as_asked(asked)
+        run = run_info(config, entries, state.machine, state.started, planned) if config is not None else \
+            {"devices": list(asked.devices), "planned": planned}
         report = Report(tuple(entries), run={**run, "interrupted_in": current_phase()},
                         versions=versions_of(config) if config is not None else {}, interrupted=stop.signal_name)
         _print_summary(report, state.say)
         print(f"interrupted by {stop.signal_name} in {current_phase()}: the report holds the "
               f"{len(report.targets)} target(s) whose items finished; saved failures and the example database "
               "are kept", file=sys.stderr)
+        never = report.never_ran()
+        if never:
+            state.say(f"never ran: {', '.join(never)} ({len(never)} of the {len(report.planned() or ())} "
+                      "targets planned; every output lists them)")
         write_outputs(report, state.outputs, state.fallback, state.say)
         state.say(closing_line(report))
         return RunResult(report, report.exit_code())
+
+
+def _planned_as_asked(config: RunConfig) -> list[str] | None:
+    """The run's targets as its config names them, for a stop before set-up looked them up (a shard's
+    share is not planned yet: its run's targets stand for it). None where the config names none that
+    exist."""
+    from fuzz.targets import lookup
+
+    try:
+        return [t.name for t in lookup(list(config.targets), config.target_modules)]
+    except UsageError:
+        return None
 
 
 def optimized_version(config: RunConfig) -> str | None:
@@ -302,7 +329,7 @@ def _finish(state: RunState, confirm_until: float | None = None) -> RunResult:
     enter("confirmation")
     state.entries = confirm(state.entries, config.confirm, confirm_until)
     entries = mark_known(state.entries, state.known, config.contract, optimized_version(config))
-    report = Report(tuple(entries), run=run_info(config, entries, state.machine, state.started),
+    report = Report(tuple(entries), run=run_info(config, entries, state.machine, state.started, state.planned),
                     versions=versions_of(config))
     _print_summary(report, state.say)
     unconfirmed = [f for _, f in report.new_failures() if f.unconfirmed]
@@ -338,10 +365,11 @@ def _write_all(report: Report, state: RunState) -> tuple[Report, bool]:
 
 
 def run_info(config: RunConfig, entries: Sequence[TargetEntry] = (), machine: dict | None = None,
-             started: str | None = None) -> dict:
-    """The report's ``run``: the settings, each side's identity, the scope merge-reports checks and, with a
-    side from a source, the change's coverage (fuzz/changes.py). The run id comes from ``config`` (made
-    once per invocation), so every report of it says the same."""
+             started: str | None = None, planned: Sequence[str] | None = None) -> dict:
+    """The report's ``run``: the settings, each side's identity, the scope merge-reports checks, the
+    targets ``planned`` for this run or shard and, with a side from a source, the change's coverage
+    (fuzz/changes.py). The run id comes from ``config`` (made once per invocation), so every report of it
+    says the same."""
     from fuzz.changes import change_coverage
     from fuzz.plan import parse_shard
     from fuzz.releases import side_identities
@@ -351,6 +379,8 @@ def run_info(config: RunConfig, entries: Sequence[TargetEntry] = (), machine: di
     sides = side_identities(config)
     info = {**config.to_json(), "sides": sides, "scope": run_scope(config, sides, parse_shard(config.shard)),
             "started": started or _now()}
+    if planned is not None:
+        info["planned"] = list(planned)
     changes = change_coverage(config, entries, all_targets(config.target_modules))
     if changes is not None:
         info["changes"] = changes

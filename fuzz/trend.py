@@ -4,13 +4,23 @@
 reports (``read_report``: one of another format version is refused with the model's own line) and builds a
 ``Trend``: per night and per target the examples, examples/s (examples / seconds), the verdict, the syncs per
 call (legacy and optimized, median and max, from the CUDA histograms) and the failures by
-``Failure.signature``, each classified against the night before:
+``Failure.signature``, each classified against the nights before:
 
-* ``new``: not seen the night before (on that target and device), not accepted as known;
-* ``still failing``: seen the night before too;
-* ``known``: accepted in known-issues (``Failure.known``), whatever the night before showed;
-* ``fixed``: seen the night before and gone tonight, on a device where the target ran examples tonight (a
-  target that ran nothing tonight proved nothing, so its failures are not called fixed).
+* ``new``: seen on no earlier night of the trend (on that target and device), not accepted as known;
+* ``still failing``: seen on an earlier night too (each night draws other inputs: a failure not drawn one
+  night and drawn the next is the same bug, not a new one);
+* ``known``: accepted in known-issues (``Failure.known``), whatever the nights before showed;
+* ``not seen tonight``: drawn the last night the target ran on that device, not drawn tonight, on a device
+  where the target ran examples tonight (a target that ran nothing tonight proved nothing, so it gets no
+  line). Never "fixed": a night that did not draw a failure's input says nothing of the bug; only a replay
+  of its repro does (``python -m fuzz replay``). The line says whether the target still failed there
+  otherwise tonight, or ran its examples without a failure.
+
+A night is a whole run: a shard's own report (``--shard I/N``) is refused (merge the night's shards first
+with ``merge-reports``), and so are two reports holding parts of one run. A partial night (an interrupted
+run, a merge holding an interrupted part or missing shards: ``Report.partial``) is marked ``(partial)`` in
+its label and said in the first what-changed line; the targets it may lack are neither "new" the night
+after nor "no longer in the report", and its examples are not compared.
 
 ``what_changed(trend, threshold)`` says in plain lines what the last night changed (see its docstring for
 the exact wording). Nights are ordered by the run's start time (``run.started``, UTC, recorded by
@@ -31,7 +41,7 @@ import os
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +50,7 @@ from fuzz.model import EXIT_OK, SIDES, Report, TargetEntry
 from fuzz.verdicts import UNTESTED
 
 DEFAULT_THRESHOLD = 0.3  # examples falling by more than 30% of the night before is news
-NEW, STILL, KNOWN, FIXED = "new", "still failing", "known", "fixed"
+NEW, STILL, KNOWN, NOT_SEEN = "new", "still failing", "known", "not seen tonight"
 BY_START, BY_COMMAND_LINE = "run start time", "command line"
 
 
@@ -59,8 +69,10 @@ class FailureRow:
     device: str
     verdict: str
     signature: str
-    status: str  # NEW, STILL, KNOWN or FIXED
+    status: str  # NEW, STILL, KNOWN or NOT_SEEN
     known: str | None = None
+    # NOT_SEEN: what the target did on that device tonight instead, e.g. "no failure in 180 examples there"
+    tonight: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,7 @@ class TargetNight:
     cannot_build: str | None = None
     retired: str | None = None  # "retired in 0.34.0": a side's release removed the target's code
     tested_on: frozenset[str] = frozenset()  # devices where examples ran and the target's state is sound
+    examples_on: Mapping[str, int] = field(default_factory=dict)  # device -> examples run there
 
     @property
     def per_second(self) -> float | None:
@@ -87,7 +100,14 @@ class Night:
     started: str | None
     seed: Any
     targets: Mapping[str, TargetNight]
-    failures: tuple[FailureRow, ...] = ()  # this night's, classified against the night before, then the fixed
+    failures: tuple[FailureRow, ...] = ()  # this night's, classified against the nights before, then the not seen
+    partial: str | None = None  # why the night holds less than its run planned (Report.partial); None: whole
+    never_ran: tuple[str, ...] | None = ()  # the planned targets it lacks; None: not known (Report.never_ran)
+    lacks_shards: bool = False  # a merge missing shards: their targets are not named in never_ran
+
+    def may_lack(self, name: str) -> bool:
+        """Whether a target absent from this night may be missing only because the night is partial."""
+        return bool(self.partial) and (self.never_ran is None or self.lacks_shards or name in self.never_ran)
 
 
 @dataclass(frozen=True)
@@ -111,11 +131,17 @@ class Trend:
         ordered, by = order_reports(named)
         labels = _labels(ordered)
         nights: list[Night] = []
+        history = _History()
         for (name, report), label in zip(ordered, labels):
             targets = {entry.name: _target_night(entry) for entry in report.targets}
-            failures = _classify(report, targets, nights[-1] if nights else None)
-            nights.append(Night(name=name, label=label, started=report_started(report),
-                                seed=report.run.get("seed"), targets=targets, failures=failures))
+            failures = history.classify(report, targets)
+            partial = report.partial()
+            scope = report.run.get("scope")
+            never = report.never_ran()
+            nights.append(Night(name=name, label=label + (" (partial)" if partial else ""),
+                                started=report_started(report), seed=report.run.get("seed"), targets=targets,
+                                failures=failures, partial=partial, never_ran=None if never is None else tuple(never),
+                                lacks_shards=isinstance(scope, Mapping) and scope.get("complete") is False))
         return cls(tuple(nights), by)
 
 
@@ -177,27 +203,54 @@ def _target_night(entry: TargetEntry) -> TargetNight:
     return TargetNight(name=entry.name, examples=entry.examples, seconds=entry.seconds, verdict=entry.verdict,
                        syncs={side: sync_stats(cuda_histogram(entry, side)) for side in SIDES},
                        untested=untested, cannot_build=entry.cannot_build, retired=entry.retired_label,
-                       tested_on=tested)
+                       tested_on=tested, examples_on={d: t.examples for d, t in entry.by_device.items()})
 
 
-def _classify(report: Report, targets: Mapping[str, TargetNight], before: Night | None) -> tuple[FailureRow, ...]:
-    seen_before = {(f.target, f.device, f.signature): f for f in (before.failures if before else ())
-                   if f.status != FIXED}
-    rows, tonight = [], set()
-    for entry in report.targets:
-        for failure in entry.failures:
-            key = (entry.name, failure.device, failure.signature)
-            if key in tonight:
-                continue
-            tonight.add(key)
-            status = KNOWN if failure.known else STILL if key in seen_before else NEW
-            rows.append(FailureRow(entry.name, failure.device, failure.verdict, failure.signature, status,
-                                   failure.known))
-    for key, old in seen_before.items():
-        target = targets.get(key[0])
-        if key not in tonight and target is not None and key[1] in target.tested_on:
-            rows.append(FailureRow(old.target, old.device, old.verdict, old.signature, FIXED, old.known))
-    return tuple(rows)
+class _History:
+    """What the nights so far showed, for classifying the next one: every failure seen on a target and
+    device, and the failures drawn the last night each target ran on each device."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, str, str]] = set()  # (target, device, signature)
+        self.last: dict[tuple[str, str], dict[str, FailureRow]] = {}  # (target, device) -> signature -> row
+
+    def classify(self, report: Report, targets: Mapping[str, TargetNight]) -> tuple[FailureRow, ...]:
+        rows: list[FailureRow] = []
+        tonight: dict[tuple[str, str], dict[str, FailureRow]] = {}
+        for entry in report.targets:
+            for failure in entry.failures:
+                drawn = tonight.setdefault((entry.name, failure.device), {})
+                if failure.signature in drawn:
+                    continue
+                key = (entry.name, failure.device, failure.signature)
+                status = KNOWN if failure.known else STILL if key in self.seen else NEW
+                drawn[failure.signature] = FailureRow(entry.name, failure.device, failure.verdict,
+                                                      failure.signature, status, failure.known)
+                rows.append(drawn[failure.signature])
+        for (name, device), before in self.last.items():
+            target = targets.get(name)
+            if target is None or device not in target.tested_on:
+                continue  # ran nothing there tonight (or is missing from a partial night): nothing to say
+            drawn = tonight.get((name, device), {})
+            for signature, old in before.items():
+                if signature not in drawn:
+                    rows.append(FailureRow(old.target, old.device, old.verdict, old.signature, NOT_SEEN, old.known,
+                                           _instead(target, device, list(drawn.values()))))
+        for name, target in targets.items():  # tonight is now the last night these ran
+            for device in target.tested_on:
+                self.last[(name, device)] = tonight.get((name, device), {})
+        for key, drawn in tonight.items():
+            self.last.setdefault(key, drawn)
+            self.seen.update((key[0], key[1], signature) for signature in drawn)
+        return tuple(rows)
+
+
+def _instead(target: TargetNight, device: str, drawn: list[FailureRow]) -> str:
+    """What a target did tonight on a device where a failure of before was not drawn."""
+    if drawn:
+        return "it still fails there: " + ", ".join(sorted({row.verdict for row in drawn}))
+    examples = target.examples_on.get(device, 0)
+    return f"no failure in {examples} examples there"
 
 
 # --------------------------------------------------------------------------- what changed
@@ -236,11 +289,28 @@ def _syncs_rose(before: Mapping[str, SyncStats | None], now: Mapping[str, SyncSt
         + legacy
 
 
+def _partial_lines(before: Night, now: Night) -> list[str]:
+    """The first what-changed lines where a night is partial: why, and (tonight) what it lacks."""
+    lines = []
+    if now.partial:
+        never = "not recorded" if now.never_ran is None else ", ".join(now.never_ran) or "none"
+        lines.append(f"this night is partial ({now.partial}); never ran: {never}"
+                     + ("; the missing shards' targets are not named" if now.lacks_shards else ""))
+    if before.partial:
+        lines.append(f"the night before is partial ({before.partial})")
+    return lines
+
+
 def what_changed(trend: Trend, threshold: float = DEFAULT_THRESHOLD) -> list[str]:
     """The last night against the one before, one line each, every line starting "since <previous>: ":
 
-    * ``new failure: T VERDICT on DEVICE`` (not known, not seen the night before);
-    * ``fixed: T VERDICT on DEVICE`` (seen the night before, gone tonight where T ran);
+    * ``this night is partial (WHY); never ran: T, U`` and ``the night before is partial (WHY)`` first, where
+      one is (``Report.partial``; the targets it may lack are then neither new nor gone, and examples are not
+      compared);
+    * ``new failure: T VERDICT on DEVICE`` (not known, seen on no earlier night);
+    * ``not seen tonight: T VERDICT on DEVICE (it still fails there: V)`` or ``(no failure in N examples
+      there)`` (drawn the last night T ran there, not drawn tonight where T ran: not a fix, which only a
+      replay can tell);
     * ``T: newly cannot-build (WHY)``; ``T: newly retired in X (...)``; ``T: newly untested on DEVICE``;
     * ``T: verdict A -> B`` (a changed verdict none of the lines above explains: a known failure, skipped,
       fuzzer-error, tested again);
@@ -248,8 +318,9 @@ def what_changed(trend: Trend, threshold: float = DEFAULT_THRESHOLD) -> list[str
       G -> H)`` (CUDA: the optimized side's excess over legacy grew, or it synced where it made none;
       ``_syncs_rose``);
     * ``T: examples fell by P% (A -> B)`` (by more than ``threshold`` of the night before; not for a target
-      newly untested or cannot-build);
-    * ``T: new target``; ``T: no longer in the report``.
+      newly untested or cannot-build, nor when either night is partial);
+    * ``T: new target`` (not when the night before is partial and may lack it); ``T: no longer in the report``
+      (not when tonight is partial and may lack it).
 
     Grouped in that order, targets in the last night's order; ``since <previous>: nothing changed`` when none."""
     if len(trend.nights) < 2:
@@ -257,10 +328,11 @@ def what_changed(trend: Trend, threshold: float = DEFAULT_THRESHOLD) -> list[str
     before, now = trend.nights[-2], trend.nights[-1]
     order = {name: i for i, name in enumerate(trend.target_names())}
     news = [f for f in now.failures if f.status == NEW]
-    fixed = [f for f in now.failures if f.status == FIXED]
-    lines = [f"new failure: {f.target} {f.verdict}{_device(f.device)}" for f in news]
-    lines += [f"fixed: {f.target} {f.verdict}{_device(f.device)}" for f in sorted(fixed, key=lambda f: order[f.target])]
-    explained = {f.target for f in news + fixed}
+    unseen = sorted((f for f in now.failures if f.status == NOT_SEEN), key=lambda f: order[f.target])
+    lines = _partial_lines(before, now)
+    lines += [f"new failure: {f.target} {f.verdict}{_device(f.device)}" for f in news]
+    lines += [f"not seen tonight: {f.target} {f.verdict}{_device(f.device)} ({f.tonight})" for f in unseen]
+    explained = {f.target for f in news + unseen}
     broken: set[str] = set()
     for name, target in now.targets.items():
         old = before.targets.get(name)
@@ -289,13 +361,15 @@ def what_changed(trend: Trend, threshold: float = DEFAULT_THRESHOLD) -> list[str
             lines.append(f"{name}: {line}")
     for name, target in now.targets.items():
         old = before.targets.get(name)
-        if old is None or name in broken or old.examples <= 0:
+        if old is None or name in broken or old.examples <= 0 or before.partial or now.partial:
             continue
         fall = (old.examples - target.examples) / old.examples
         if fall > threshold:
             lines.append(f"{name}: examples fell by {fall:.0%} ({old.examples} -> {target.examples})")
-    lines += [f"{name}: new target" for name in now.targets if name not in before.targets]
-    lines += [f"{name}: no longer in the report" for name in before.targets if name not in now.targets]
+    lines += [f"{name}: new target" for name in now.targets
+              if name not in before.targets and not before.may_lack(name)]
+    lines += [f"{name}: no longer in the report" for name in before.targets
+              if name not in now.targets and not now.may_lack(name)]
     return [f"since {before.label}: {line}" for line in (lines or ["nothing changed"])]
 
 
@@ -312,12 +386,13 @@ def _stats(stats: SyncStats | None) -> str:
 
 def night_rows(trend: Trend) -> list[list[str]]:
     header = ["night", "report", "seed", "started (UTC)", "targets", "examples", "new", "still failing", "known",
-              "fixed"]
+              "not seen tonight", "partial"]
     rows = [header]
     for night in trend.nights:
-        counts = {status: sum(f.status == status for f in night.failures) for status in (NEW, STILL, KNOWN, FIXED)}
+        counts = {status: sum(f.status == status for f in night.failures) for status in (NEW, STILL, KNOWN, NOT_SEEN)}
         rows.append([night.label, night.name, str(night.seed), night.started or "-", str(len(night.targets)),
-                     str(sum(t.examples for t in night.targets.values())), *(str(counts[s]) for s in counts)])
+                     str(sum(t.examples for t in night.targets.values())), *(str(counts[s]) for s in counts),
+                     night.partial or "-"])
     return rows
 
 
@@ -503,10 +578,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "trend", help="nightly reports side by side, oldest first: what changed since the night before",
         description="Compare nightly JSON reports: per night and target the examples, examples/s, verdict, "
-                    "syncs per call (CUDA) and failures (new / still failing / fixed / known), and what the last "
-                    "night changed. Nights are ordered by each report's run start time (run.started); if a "
-                    "report records none (written by an older syncfuzz), the order given here is kept: give "
-                    "them oldest first.",
+                    "syncs per call (CUDA) and failures (new / still failing / not seen tonight / known), and what "
+                    "the last night changed. A night is a whole run: merge a night's shards first (merge-reports); "
+                    "a partial night (interrupted, or a merge missing shards) is marked so. Nights are ordered by "
+                    "each report's run start time (run.started); if a report records none (written by an older "
+                    "syncfuzz), the order given here is kept: give them oldest first.",
         epilog="exit codes: 0 the trend was shown (it reports, it does not judge: a new failure does not change "
                "it; the nightly run's own exit code does), 2 refused: one line, nothing written")
     p.add_argument("reports", metavar="REPORT", nargs="+", help="nightly JSON reports (fuzz run --report), two or more")
@@ -553,16 +629,39 @@ def _check_inputs(names: Sequence[str]) -> None:
 
 
 def _check_runs(named: Sequence[tuple[str, Report]]) -> None:
-    """A copy of one report under two names is one night, not two."""
-    seen: dict[Any, str] = {}
+    """A night is one whole run: a shard's own report is refused (merge the night's shards first), a copy
+    of one report under two names is one night, not two, and neither are two reports holding parts of one
+    run (two shards, or two merges of its shards)."""
+    seen: dict[str, tuple[str, str]] = {}  # run id -> (file, shard)
     for name, report in named:
         scope = report.run.get("scope")
-        key = (scope.get("run_id"), str(scope.get("shard"))) if isinstance(scope, Mapping) else None
-        if key and key[0] and key in seen:
-            raise UsageError(f"reports {seen[key]!r} and {name!r} hold the same run (run id {key[0]}); a trend "
-                             "compares different nights: pass each night's report once")
-        if key:
-            seen[key] = name
+        if not isinstance(scope, Mapping):
+            continue  # written before scopes were recorded: nothing to tell a night by
+        shard = scope.get("shard")
+        if "covers" not in scope and isinstance(shard, list) and len(shard) == 2 and shard[1] != 1:
+            raise UsageError(f"report {name!r} is shard {shard[0]}/{shard[1]} of a run, not a night; merge the "
+                             "night's shards first (python -m fuzz merge-reports NIGHT.json SHARD.json...) and "
+                             "give the trend the merge")
+        for part in _parts_of(scope):
+            run_id, held = part
+            if run_id in seen:
+                other, other_shard = seen[run_id]
+                if other_shard == held:
+                    raise UsageError(f"reports {other!r} and {name!r} hold the same run (run id {run_id}); a "
+                                     "trend compares different nights: pass each night's report once")
+                raise UsageError(f"reports {other!r} and {name!r} hold parts of one run (run id {run_id}): one "
+                                 "night, not two; merge them first (python -m fuzz merge-reports) and give the "
+                                 "trend the merge")
+        for run_id, held in _parts_of(scope):
+            seen[run_id] = (name, held)
+
+
+def _parts_of(scope: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(run id, shard) of each part a report's scope holds: one for a run's own report, several for a merge."""
+    covers = scope.get("covers")
+    parts = covers if isinstance(covers, list) else [scope]
+    return [(part["run_id"], str(part.get("shard"))) for part in parts
+            if isinstance(part, Mapping) and isinstance(part.get("run_id"), str) and part["run_id"]]
 
 
 def cmd_trend(args: argparse.Namespace) -> int:

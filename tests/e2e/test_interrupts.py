@@ -66,6 +66,28 @@ def _stopped(child: subprocess.Popen, how: str) -> tuple[dict, str, str]:
     return report, out, err
 
 
+def _says_partial(tmp_path: Path, report: dict, how: str, phase: str, never: list[str]) -> None:
+    """Every output of the stopped run says it is partial, why, and which targets never ran: the JSON
+    (``partial``, ``never_ran``), the Markdown (its first lines, and the ``result:`` line a job summary ends
+    with) and the JUnit (an error case per target that never ran, so CI does not read a green run)."""
+    import xml.etree.ElementTree as ET
+
+    assert report["partial"] == f"interrupted by {how} in {phase}" and report["never_ran"] == never
+    text = (tmp_path / "r.md").read_text()
+    assert f"**Interrupted by {how}** in {phase}: a partial report" in text
+    assert text.index("Interrupted by") < text.index("| target |")
+    assert ("**Never ran**: " + ", ".join(never)) in text if never else "**Never ran**: none" in text
+    (result,) = [line for line in text.splitlines() if line.startswith("result: ")]
+    assert f"exit {128 + getattr(signal, how)}: interrupted by {how}" in result
+    assert (f"{len(never)} never ran" in result) == bool(never)
+    suite = ET.parse(tmp_path / "r.xml").getroot()
+    assert {p.get("name"): p.get("value") for p in suite.iter("property")}["partial"] == report["partial"]
+    missing = [c for c in suite.iter("testcase") if c.get("name") == "never ran"]
+    assert [c.get("classname") for c in missing] == [f"syncfuzz.{name}" for name in never]
+    assert all(c.find("error") is not None for c in missing)
+    assert int(suite.get("errors")) == len(never) and int(suite.get("tests")) == len(list(suite.iter("testcase")))
+
+
 def _gone(pid: int) -> bool:
     for _ in range(100):  # the kernel's parent-death signal, or the run's own kill, is prompt
         try:
@@ -85,7 +107,9 @@ def test_a_signal_in_set_up_writes_an_empty_report_that_says_where_it_stopped(ho
     assert report["targets"] == [] and report["run"]["interrupted_in"] == "set-up"
     assert f"interrupted by {how} in set-up" in err
     assert f"exit {128 + getattr(signal, how)}: interrupted by {how}" in out
-    assert (tmp_path / "r.md").exists() and (tmp_path / "r.xml").exists()
+    assert report["run"]["planned"] == ["always-diverges"]  # looked up from the config as given
+    _says_partial(tmp_path, report, how, "set-up", ["always-diverges"])
+    assert "never ran: always-diverges" in out
 
 
 def test_a_signal_while_fuzzing_reports_the_finished_targets_with_known_issues_applied(tmp_path):
@@ -98,6 +122,9 @@ def test_a_signal_while_fuzzing_reports_the_finished_targets_with_known_issues_a
     assert failure["confirmed"] is None and "interrupted (SIGTERM)" in failure["unconfirmed"]
     assert report["run"]["interrupted_in"] == "fuzzing"
     assert "divergence (known)" in out  # the terminal table says what the report says
+    assert report["run"]["planned"] == ["always-diverges", "stuck"]
+    _says_partial(tmp_path, report, "SIGTERM", "fuzzing", ["stuck"])
+    assert "never ran: stuck (1 of the 2 targets planned" in out
     assert "known" in (tmp_path / "r.md").read_text()
     assert _gone(int((tmp_path / "stuck").read_text()))
 
@@ -116,6 +143,7 @@ def test_a_signal_while_confirming_keeps_the_confirmed_failures_and_kills_the_re
     assert second["failures"][0]["confirmed"] is None and "interrupted" in second["failures"][0]["unconfirmed"]
     assert second["failures"][0]["known"] is None  # not in the known-issues file: new
     assert "interrupted by SIGTERM in confirmation" in err
+    _says_partial(tmp_path, report, "SIGTERM", "confirmation", [])  # every item had finished
     assert _gone(int((tmp_path / "stuck").read_text())), "the stuck replay outlived the run"
 
 
@@ -128,6 +156,7 @@ def test_a_signal_while_writing_lets_the_outputs_finish_then_says_so(tmp_path):
     assert failure["confirmed"] == "1/1" and failure["known"] and failure["unconfirmed"] is None
     assert "while writing" in err
     assert "exit code 143" in (tmp_path / "r.md").read_text()
+    _says_partial(tmp_path, report, "SIGTERM", "writing", [])
 
 
 def test_the_phase_file_names_every_phase_of_a_whole_run(tmp_path):
@@ -138,6 +167,9 @@ def test_the_phase_file_names_every_phase_of_a_whole_run(tmp_path):
         ["set-up", "fuzzing", "confirmation", "writing"]
     assert "result: 0/1 targets agree, 0 with new failures (0 new), 1 with known failures only" in out
     assert "exit 0: no failure" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["partial"] is None and report["never_ran"] == [] and report["run"]["planned"] == ["always-diverges"]
+    assert "Interrupted" not in (tmp_path / "r.md").read_text() and "never ran" not in (tmp_path / "r.xml").read_text()
 
 
 def test_a_signal_swallowed_where_it_landed_is_raised_again_without_a_traceback(capsys):

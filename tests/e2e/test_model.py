@@ -179,7 +179,8 @@ def _write(tmp_path, name, *entries, shard=(1, 1)) -> str:
 def test_merge_reports_exits_as_the_merged_run_would(tmp_path):
     out = str(tmp_path / "m.json")
     clean = _write(tmp_path, "clean.json", entry(), shard=(1, 2))
-    assert main(["merge-reports", out, clean]) == EXIT_OK
+    # Shard 2/2 missing: the merge does not show all its run was asked to (issue 45).
+    assert main(["merge-reports", out, clean]) == EXIT_INCOMPLETE
     bug = _write(tmp_path, "bug.json", entry(fuzzer_error="boom"), shard=(2, 2))
     assert main(["merge-reports", out, clean, bug]) == EXIT_USAGE
     assert json.loads((tmp_path / "m.json").read_text())["exit_code"] == EXIT_USAGE
@@ -276,3 +277,35 @@ def test_the_markdown_carries_the_result_line_and_says_when_it_is_partial():
     assert "interrupted by SIGTERM: the report holds what finished" in text  # the result line's meaning
     assert text.index("Interrupted by SIGTERM") < text.index("| target |")
     assert text.rstrip().endswith("exit code 143")
+
+
+def test_every_format_of_a_partial_report_says_why_and_names_the_targets_that_never_ran():
+    """issue 45: JSON, the result line, Markdown, HTML and JUnit of a run stopped after one of its three
+    targets -- and of a merge holding it, which is partial without being interrupted itself."""
+    from fuzz.html import html_report
+    from fuzz.report import closing_line
+
+    entry = TargetEntry(name="t", devices=("cpu",), by_device={"cpu": DeviceTally(examples=3, verdicts={"agree": 3})})
+    run = {"seed": 0, "devices": ["cpu"], "planned": ["t", "u", "v"], "interrupted_in": "fuzzing",
+           "scope": {"run_id": "r", "shard": [2, 2]}}
+    cut = Report((entry,), run=run, interrupted="SIGTERM")
+    data = cut.to_json()
+    assert data["partial"] == "interrupted by SIGTERM in fuzzing" and data["never_ran"] == ["u", "v"]
+    assert "2 never ran; exit 143" in closing_line(cut)
+    assert "**Never ran**: u, v (2 of the 3 targets planned)" in markdown(cut)
+    page = html_report(cut)
+    assert "interrupted by SIGTERM in fuzzing: a partial report" in page and "never ran: u, v" in page
+    suite = ET.fromstring(junit_xml(cut))
+    assert [(c.get("classname"), c.find("error") is not None) for c in suite if c.get("name") == "never ran"] == \
+        [("syncfuzz.u", True), ("syncfuzz.v", True)]
+    assert (suite.get("tests"), suite.get("errors"), suite.get("failures")) == ("3", "2", "0")
+
+    whole = Report((TargetEntry(name="w", devices=("cpu",), by_device={"cpu": DeviceTally(examples=1)}),),
+                   run={"seed": 0, "planned": ["w"], "scope": {"run_id": "r", "shard": [1, 2]}})
+    merged = whole + cut
+    assert merged.exit_code() == 3 and merged.partial() == "shard 2/2 was interrupted by SIGTERM in fuzzing"
+    assert merged.never_ran() == ["u", "v"]
+    text = markdown(merged)
+    assert "**Partial**: shard 2/2 was interrupted by SIGTERM in fuzzing" in text and "Interrupted by" not in text
+    assert "exit 3: incomplete" in closing_line(merged) and "exit code 3" in text
+    assert "shard 2/2 was interrupted" in html_report(merged)

@@ -184,6 +184,23 @@ def shard_with(inside: str, content: bytes | str | dict) -> Callable[[Path], str
     return lambda w: (write(f"shard/{inside}", content)(w), str(w / "shard"))[1]
 
 
+def part_of_the_report(name: str, shard: tuple[int, int], merged: bool = False) -> Callable[[Path], str]:
+    """The world's report as shard ``shard`` of its run (``merged``: as merge-reports writes a merge of that
+    shard alone, missing the others)."""
+    def make(w: Path) -> str:
+        data = json.loads((w / "report.json").read_text())
+        scope = data["run"]["scope"]
+        if merged:
+            scope.update(covers=[{"run_id": scope["run_id"], "shard": list(shard)}], shard_count=shard[1],
+                         covered=[shard[0]], complete=False,
+                         missing=[i for i in range(1, shard[1] + 1) if i != shard[0]])
+        else:
+            scope["shard"] = list(shard)
+        (w / name).write_text(json.dumps(data))
+        return str(w / name)
+    return make
+
+
 REPRO = f"corpus/failures/{REPRO_NAME}"
 ENV: dict[str, dict[str, str | Callable[[Path], str]]] = {}  # case id -> environment variables
 
@@ -401,6 +418,12 @@ CASES: dict[str, Case] = dict([
     ("corpus-merge-out-not-a-corpus", cmd("corpus-merge", lambda w: str(Path(write("mine/notes.txt", "x")(w)).parent),
                                           at("corpus"))),
     ("corpus-merge-out-in-proc", cmd("corpus-merge", "/proc/merged-corpus", at("corpus"))),
+    # issue 45: trend over shards -- a night is a whole run (merge its shards first)
+    ("trend-a-shard-as-a-night", cmd("trend", at("report.json"), part_of_the_report("shard-2.json", (2, 2)))),
+    ("trend-two-shards-as-two-nights", cmd("trend", part_of_the_report("shard-1.json", (1, 2)),
+                                           part_of_the_report("shard-2.json", (2, 2)))),
+    ("trend-two-merges-of-one-run", cmd("trend", part_of_the_report("merge-1.json", (1, 2), merged=True),
+                                        part_of_the_report("merge-2.json", (2, 2), merged=True))),
     # ----------------------------------------------------------------- selftest
     ("selftest-unknown-target", cmd("selftest", "--target", "nope")),
     ("selftest-max-examples-zero", cmd("selftest", "--target", TARGET, "--max-examples", "0")),

@@ -181,9 +181,12 @@ def test_impossible_counts_are_refused_when_read(tmp_path, capsys, case):
 def test_a_partial_merge_is_written_with_complete_false_and_can_be_completed(tmp_path, capsys):
     shards = [write(tmp_path, f"s{i}.json", scoped(PLAN.replace(shard=f"{i}/3"), (i, 3))) for i in (1, 2, 3)]
     partial = tmp_path / "partial.json"
-    assert main(["merge-reports", str(partial), shards[0], shards[2]]) == 0
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("note: ") and "missing 2/3" in err, err
+    # Exit 3 (incomplete): the merge was not stopped, but it does not show all its run was asked to.
+    assert main(["merge-reports", str(partial), shards[0], shards[2]]) == 3
+    out, err = capsys.readouterr()
+    err = err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("note: a partial merge") and "missing 2/3" in err, err
+    assert "exit 3: incomplete" in out and "a partial merge: the merge covers 2 of the run's 3 shards" in out
     scope = json.loads(partial.read_text())["run"]["scope"]
     assert scope["complete"] is False and scope["missing"] == [2] and scope["covered"] == [1, 3]
     assert scope["shard_count"] == 3 and scope["plan_digest"] == scoped(PLAN)["scope"]["plan_digest"]
@@ -245,8 +248,100 @@ def test_a_merge_of_every_shard_of_a_run_equals_that_run(tmp_path, capsys):
     assert scopes["merged"]["complete"] is True
     assert scopes["merged"]["run_ids"] == sorted([scopes["s1"]["run_id"], scopes["s2"]["run_id"]])
     assert scopes["whole"]["shard"] == [1, 1] and scopes["s2"]["shard"] == [2, 2]
+    # run.planned: the targets a report is to hold (a shard: those it has an item of), so an interrupted one's
+    # missing targets can be named (issue 45).
+    planned = {name: json.loads((tmp_path / f"{name}.json").read_text())["run"]["planned"] for name in ("whole", "s1")}
+    both = ["fla-chunk-offsets", "fla-chunk-indices"]
+    assert planned == {"whole": both, "s1": both}  # four pieces each: both shards hold items of both
+    one_each = run("one-each", "--pieces", "1", "--shard", "2/2")
+    assert json.loads(one_each.read_text())["run"]["planned"] == ["fla-chunk-indices"]
 
     capsys.readouterr()
     assert "whole run" in refused(tmp_path, capsys, str(whole), str(first))
     assert "the same report given twice" in refused(tmp_path, capsys, str(merged), str(first))
     assert "two invocations" in refused(tmp_path, capsys, str(first), str(tmp_path / "s1-again.json"))
+
+
+# --------------------------------------------------------------------------- issue 45: a part cut short by a signal
+
+
+def stopped(tmp_path, name: str, run: dict, planned: list[str], *entries: TargetEntry) -> str:
+    """A report as a run stopped by SIGTERM while fuzzing writes it: the targets it planned, those finished."""
+    path = tmp_path / name
+    report = Report(entries, run={**run, "planned": planned, "interrupted_in": "fuzzing"}, interrupted="SIGTERM")
+    assert report.exit_code() == 143  # the run's own exit: its process was stopped
+    path.write_text(json.dumps(report.to_json()))
+    return str(path)
+
+
+def test_a_merge_exits_by_what_it_holds_not_by_the_signal_that_stopped_an_input(tmp_path, capsys):
+    """Merging an interrupted report is not an interrupted merge: exit 3 (incomplete), or 1 where a failure was
+    found; every output names the part that was stopped and the targets that never ran."""
+    import xml.etree.ElementTree as ET
+
+    plan = RunConfig(targets=("t", "u"), seed=3, max_examples=40)
+    alone = stopped(tmp_path, "alone.json", scoped(plan), ["t", "u"], entry("t"))
+    out, md, xml = tmp_path / "out.json", tmp_path / "out.md", tmp_path / "out.xml"
+    assert main(["merge-reports", str(out), alone, "--markdown", str(md), "--junit", str(xml)]) == 3
+    said, err = capsys.readouterr()
+    assert "note: a partial merge (the whole run was interrupted by SIGTERM in fuzzing; never ran: u)" in err
+    assert "1 never ran; exit 3: incomplete" in said and "a partial merge: the whole run was interrupted" in said
+    data = json.loads(out.read_text())
+    assert data["exit_code"] == 3 and data["interrupted"] == "SIGTERM" and data["never_ran"] == ["u"]
+    assert data["partial"] == "the whole run was interrupted by SIGTERM in fuzzing"
+    assert "**Partial**: the whole run was interrupted by SIGTERM in fuzzing" in md.read_text()
+    assert "**Never ran**: u" in md.read_text() and "result: " in md.read_text()
+    (case,) = [c for c in ET.parse(xml).getroot().iter("testcase") if c.get("name") == "never ran"]
+    assert case.get("classname") == "syncfuzz.u" and case.find("error") is not None
+
+    # Shard 2 stopped, shard 1 whole: shard 2's unfinished target never ran; a new failure makes it exit 1.
+    config = plan.replace(pieces=2)
+    first = write(tmp_path, "s1.json", {**scoped(config.replace(shard="1/2"), (1, 2)), "planned": ["t"]})
+    second = stopped(tmp_path, "s2.json", scoped(config.replace(shard="2/2"), (2, 2)), ["u"])
+    assert main(["merge-reports", str(out), first, second]) == 3
+    data = json.loads(out.read_text())
+    assert data["partial"] == "shard 2/2 was interrupted by SIGTERM in fuzzing" and data["never_ran"] == ["u"]
+    assert data["run"]["scope"]["complete"] is True  # every shard is there; one of them is partial
+    capsys.readouterr()
+    from fuzz.model import Failure
+
+    failing = entry("t").with_failures([Failure(device="cpu", verdict="divergence", input={})])
+    found = stopped(tmp_path, "found.json", scoped(plan), ["t", "u"], failing)
+    assert main(["merge-reports", str(out), found]) == 1
+    assert "exit 1: a failing verdict" in capsys.readouterr().out
+
+
+def test_reports_from_before_run_planned_read_as_before(tmp_path, capsys):
+    """No ``run.planned``: a whole report is whole (never_ran []), an interrupted one cannot name its gaps."""
+    whole = Report((entry(),), run=scoped(PLAN))
+    assert whole.partial() is None and whole.never_ran() == [] and whole.exit_code() == 0
+    cut = Report((entry(),), run=scoped(PLAN), interrupted="SIGINT")
+    assert cut.partial() == "interrupted by SIGINT" and cut.never_ran() is None and cut.exit_code() == 130
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(cut.to_json()))
+    assert main(["merge-reports", str(tmp_path / "out.json"), str(path), "--junit", str(tmp_path / "o.xml")]) == 3
+    assert "which targets never ran is not recorded" in capsys.readouterr().err
+    assert 'classname="syncfuzz.run" name="never ran"' in (tmp_path / "o.xml").read_text()
+
+
+def test_a_report_stopped_in_set_up_is_refused_as_what_it_is(tmp_path, capsys):
+    """Stopped before its run was planned, a report has no scope: not one "from before scopes were recorded"."""
+    path = tmp_path / "setup.json"
+    path.write_text(json.dumps(Report((), run={"planned": ["t"], "interrupted_in": "set-up"},
+                                      interrupted="SIGTERM").to_json()))
+    err = refused(tmp_path, capsys, str(path))
+    assert "was stopped in set-up, before its run was planned" in err and "predates" not in err
+
+
+def test_a_merge_missing_a_shard_says_so_in_markdown_and_junit(tmp_path, capsys):
+    """Its targets cannot be named, but the gap can: one JUnit error per missing shard, and the Markdown's top."""
+    import xml.etree.ElementTree as ET
+
+    shards = [write(tmp_path, f"s{i}.json", scoped(PLAN.replace(shard=f"{i}/3"), (i, 3))) for i in (1, 2, 3)]
+    out, md, xml = tmp_path / "out.json", tmp_path / "out.md", tmp_path / "out.xml"
+    assert main(["merge-reports", str(out), shards[0], "--markdown", str(md), "--junit", str(xml)]) == 3
+    assert "**Partial**: the merge covers 1 of the run's 3 shards (missing 2/3, 3/3)" in md.read_text()
+    cases = [(c.get("classname"), c.get("name")) for c in ET.parse(xml).getroot().iter("testcase")
+             if c.find("error") is not None]
+    assert cases == [("syncfuzz.shards", "shard 2/3"), ("syncfuzz.shards", "shard 3/3")]
+    assert json.loads(out.read_text())["never_ran"] == []  # what it holds ran whole; the gap is the shards

@@ -11,9 +11,9 @@ from fuzz.cli import main
 from fuzz.merge import read_report
 from fuzz.model import DeviceTally, Failure, Report, TargetEntry
 from fuzz.trend import (
-    FIXED,
     KNOWN,
     NEW,
+    NOT_SEEN,
     Trend,
     examples_per_second_chart,
     optimized_syncs_chart,
@@ -62,7 +62,7 @@ def night2(started: str | None = "2026-12-01T02:17:41+00:00", beta: str = "beta"
 
 EXPECTED = [
     SINCE + "new failure: beta divergence on cuda",
-    SINCE + "fixed: alpha divergence on cuda",
+    SINCE + "not seen tonight: alpha divergence on cuda (no failure in 180 examples there)",
     SINCE + "alpha: optimized syncs per call rose against legacy: median 0 -> 2, max 1 -> 3 "
             "(legacy median 2 -> 2, max 2 -> 2)",
     SINCE + "gamma: examples fell by 67% (300 -> 100)",
@@ -85,7 +85,7 @@ def test_what_changed_names_the_rise_the_fix_the_new_failure_and_the_fall(nights
     assert what_changed(trend) == EXPECTED
     assert what_changed(trend, threshold=0.7) == EXPECTED[:3]  # 67% is not more than 70%
     statuses = {(f.target, f.status) for f in trend.nights[-1].failures}
-    assert statuses == {("beta", NEW), ("alpha", FIXED), ("gamma", KNOWN)}
+    assert statuses == {("beta", NEW), ("alpha", NOT_SEEN), ("gamma", KNOWN)}
 
 
 def test_the_chart_data_are_the_reports_numbers(nights):
@@ -167,9 +167,10 @@ def test_trend_end_to_end_writes_markdown_and_html(tmp_path, capsys):
     assert main(["trend", n2, n1, "--markdown", str(md), "--html", str(page)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[:2] == [SINCE + "new failure: <script>alert(1)</script> divergence on cuda",
-                                    SINCE + "fixed: alpha divergence on cuda"]
+                                    SINCE + "not seen tonight: alpha divergence on cuda (no failure in 180 examples "
+                                            "there)"]
     text = md.read_text()
-    assert "- " + SINCE + "fixed: alpha divergence on cuda" in text
+    assert "- " + SINCE + "not seen tonight: alpha divergence on cuda (no failure in 180 examples there)" in text
     assert "| alpha | 200 (100/s) | 180 (90/s) |" in text
     assert "- " + SINCE + "alpha: optimized syncs per call rose against legacy: median 0 -> 2, max 1 -> 3" in text
     assert "<script>" not in text
@@ -209,7 +210,8 @@ def test_the_h200_report_against_a_changed_copy(tmp_path):
     later.write_text(json.dumps(data))
     trend = Trend.from_reports([(str(H200), read_report(str(H200))), (str(later), read_report(str(later)))])
     since = f"since {H200}: "
-    assert what_changed(trend) == [since + "fixed: keep-on-cpu-ultravox-audio-lens sync-regression on cuda",
+    assert what_changed(trend) == [since + "not seen tonight: keep-on-cpu-ultravox-audio-lens sync-regression on cuda "
+                                           "(no failure in 102 examples there)",
                                    since + "keye-process-image: optimized syncs per call rose against legacy: "
                                            "median 0 -> 0, max 1 -> 2 (legacy median 3 -> 3, max 7 -> 7)"]
     assert optimized_syncs_chart(trend).series["keye-process-image"] == (1.0, 2.0)
@@ -250,3 +252,87 @@ def test_counts_that_grow_with_the_night_s_inputs_on_both_sides_are_no_rise(tmp_
     assert lines == ["fla-chunk-offsets: optimized syncs per call rose against legacy: median 0 -> 0, max 0 -> 1 "
                      "(legacy median 1 -> 1, max 1 -> 1)",
                      "keep-on-cpu-ultravox-audio-lens: no longer in the report"]
+
+
+# --------------------------------------------------------------------------- issue 45: what a night is
+
+
+def _stopped(night: str, started: str, entries: list[TargetEntry], planned: list[str]) -> Report:
+    """A night cut short by SIGTERM while fuzzing: the targets whose items finished, and the plan."""
+    report = _report(night, started, entries)
+    return Report(report.targets, run={**report.run, "planned": planned, "interrupted_in": "fuzzing"},
+                  versions=report.versions, interrupted="SIGTERM")
+
+
+def test_an_interrupted_night_counts_no_missing_target_as_gone_or_new_and_no_undrawn_failure(tmp_path, capsys):
+    """Night 2 was stopped after alpha: beta and gamma never ran. The trend says so, and neither calls them
+    gone that night nor new the night after, nor gamma's failure "not seen"; night 3 draws alpha's failure of
+    night 1 again: still failing, not new (night 2 did not draw it, as nights do)."""
+    cut = _stopped("20261201", "2026-12-01T02:17:41+00:00", [_entry("alpha", 180, 2.0, {"0": 180})],
+                   ["alpha", "beta", "gamma"])
+    after = _report("20261202", "2026-12-02T02:17:00+00:00", [
+        _entry("alpha", 200, 2.0, {"0": 200}, [_failure("divergence", "[0]['x']")]),
+        _entry("beta", 100, 1.0, {"0": 100}),
+        _entry("gamma", 300, 3.0, {"1": 300}, [_failure("sync-regression", "[]", known="F9: accepted")])])
+    files = [_write(tmp_path / f"n{i}.json", r) for i, r in enumerate([night1(), cut, after], start=1)]
+    first_two = Trend.from_reports([(name, read_report(name)) for name in files[:2]])
+    assert what_changed(first_two) == [
+        SINCE + "this night is partial (interrupted by SIGTERM in fuzzing); never ran: beta, gamma",
+        # alpha ran its 180 examples tonight without its divergence: said as what it is, never "fixed"
+        SINCE + "not seen tonight: alpha divergence on cuda (no failure in 180 examples there)"]
+    assert first_two.nights[-1].label == "2026-12-01 02:17 (partial)"
+    since_cut = "since 2026-12-01 02:17 (partial): "
+    three = Trend.from_reports([(name, read_report(name)) for name in files])
+    assert what_changed(three) == [since_cut + "the night before is partial (interrupted by SIGTERM in fuzzing)",
+                                   since_cut + "alpha: verdict agree -> divergence"]  # true: it agreed in night 2
+    assert {(f.target, f.status) for f in three.nights[-1].failures} == {("alpha", "still failing"),
+                                                                        ("gamma", KNOWN)}
+    assert main(["trend", *files]) == 0
+    out = capsys.readouterr().out
+    assert "new target" not in out and "no longer in the report" not in out and "new failure" not in out
+    assert "fixed" not in out
+    assert "interrupted by SIGTERM in fuzzing" in out  # the nights table's partial column
+
+    # Without the plan (a report from before run.planned) the trend cannot tell what is missing: it says so,
+    # and still calls nothing gone.
+    unplanned = Report(cut.targets, run={k: v for k, v in cut.run.items() if k != "planned"},
+                       versions=cut.versions, interrupted="SIGTERM")
+    lines = what_changed(Trend.from_reports([("a", night1()), ("b", unplanned)]))
+    assert lines[0] == SINCE + "this night is partial (interrupted by SIGTERM in fuzzing); never ran: not recorded"
+    assert not any("no longer in the report" in line for line in lines)
+
+
+def test_a_target_still_failing_otherwise_is_not_seen_tonight_never_fixed():
+    """keye-encoder-rope failed with two signatures; tonight drew only one of them. The other is "not seen
+    tonight", with the target still failing there: no night calls it fixed."""
+    two = [_failure("divergence", "[0]['cos']"), _failure("divergence", "[0]['sin']")]
+    before = _report("20261130", "2026-11-30T02:17:03+00:00", [_entry("keye-encoder-rope", 100, 1.0, {"0": 100}, two)])
+    now = _report("20261201", "2026-12-01T02:17:41+00:00", [_entry("keye-encoder-rope", 100, 1.0, {"0": 100},
+                                                                    two[1:])])
+    assert what_changed(Trend.from_reports([("a", before), ("b", now)])) == [
+        SINCE + "not seen tonight: keye-encoder-rope divergence on cuda (it still fails there: divergence)"]
+
+
+def test_shards_are_refused_as_nights_and_a_merge_missing_one_is_a_partial_night(tmp_path, capsys):
+    n1 = _write(tmp_path / "n1.json", night1())
+    shard = night2()
+    shard = Report(shard.targets, run={**shard.run, "scope": {"run_id": "run-x", "shard": [1, 2]}},
+                   versions=shard.versions)
+    other = Report(shard.targets, run={**shard.run, "scope": {"run_id": "run-x", "shard": [2, 2]}},
+                   versions=shard.versions)
+    s1, s2 = _write(tmp_path / "s1.json", shard), _write(tmp_path / "s2.json", other)
+    _refused(capsys, ["trend", n1, s1], "is shard 1/2 of a run, not a night", "merge-reports")
+    _refused(capsys, ["trend", s2, s1], "is shard 2/2 of a run, not a night")  # two shards are not two nights
+    merged = [{"run_id": "run-x", "shard": [1, 2]}, {"run_id": "run-x", "shard": [2, 2]}]
+    halves = [Report(shard.targets, run={**shard.run, "scope": {"covers": [part], "shard_count": 2,
+                                                                 "complete": False, "missing": [3 - i],
+                                                                 "covered": [i]}}, versions=shard.versions)
+              for i, part in enumerate(merged, start=1)]
+    m1, m2 = (_write(tmp_path / f"m{i}.json", half) for i, half in enumerate(halves, start=1))
+    _refused(capsys, ["trend", n1, m1, m2], "hold parts of one run (run id run-x)", "merge them first")
+    trend = Trend.from_reports([(n1, read_report(n1)), (m1, read_report(m1))])
+    assert trend.nights[-1].partial == "the merge covers 1 of the run's 2 shards (missing 2/2)"
+    lines = what_changed(trend)
+    assert lines[0] == SINCE + ("this night is partial (the merge covers 1 of the run's 2 shards (missing 2/2)); "
+                                "never ran: none; the missing shards' targets are not named")
+    assert not any("examples fell" in line or "no longer" in line for line in lines)
