@@ -100,6 +100,10 @@ def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) ->
 
     enter("set-up")
     config.validate()
+    if config.legacy == config.optimized != RunConfig().legacy:
+        # Every target would run one code on both sides: same-code everywhere, which is no evidence.
+        raise UsageError(f"--legacy and --optimized are both {config.legacy!r}, so both sides would run the same "
+                         "code; give two different releases or paths (or neither: the copies)")
     targets = lookup(list(config.targets), config.target_modules)
     state.planned = [t.name for t in targets]
     if "cuda" in config.devices and not cuda_available():
@@ -120,9 +124,11 @@ def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) ->
     shared = {e.name for e in unbuilt} | {item.target.name for item in items}
     state.planned = [name for name in state.planned if name in shared]
     if not items and not unbuilt:
-        planned = len(targets) * config.pieces
-        raise UsageError(f"--shard {config.shard} leaves no item: the run plans {planned} (targets x --pieces); "
-                         f"use a shard count of at most {planned}, or more --pieces")
+        # Counted as plan() splits them: a target of fewer examples than --pieces has fewer items.
+        planned = len(plan(buildable, seed=config.seed, pieces=config.pieces, max_examples=config.max_examples))
+        raise UsageError(f"--shard {config.shard} leaves no item: the run plans {planned} (targets x --pieces, "
+                         f"at most one item per example); use a shard count of at most {planned}, or more "
+                         "--pieces or examples")
     check_budget(config.budget, len(items), config.workers, config.confirm, isolated=config.isolated)
     # No corpus (None): nothing is kept, but the workers still need a folder for their journals.
     corpus = check_corpus(config.corpus) if config.corpus is not None else Path(

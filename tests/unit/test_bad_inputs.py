@@ -329,6 +329,11 @@ CASES: dict[str, Case] = dict([
     ("run-legacy-empty", run("--legacy", "")),
     ("run-legacy-missing-path", run("--legacy", "/missing-vllm-checkout")),
     ("run-legacy-unknown-release", run("--legacy", "vllm==9.9.9")),
+    # issue 45, a second bad-input pass: one code on both sides is same-code everywhere, no evidence
+    ("run-legacy-and-optimized-same-release", run("--legacy", "vllm==0.28.0", "--optimized", "vllm==0.28.0")),
+    ("run-legacy-and-optimized-same-path", run("--legacy", lambda w: str(Path(write("tree/vllm/__init__.py", "")(w))
+                                                                             .parents[1]),
+                                               "--optimized", at("tree"))),
     ("run-optimized-a-text-file", run("--optimized", at("notes.txt"))),
     ("run-optimized-not-a-wheel", run("--optimized", at("fake.whl"))),
     ("run-optimized-folder-without-vllm", run("--optimized", at("nocache"))),
