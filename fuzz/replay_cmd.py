@@ -43,9 +43,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="a repro file, or a folder (e.g. fuzz-corpus/failures): every *.json in it, in a table")
     replay.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the saved one")
     replay.add_argument("--strict", action="store_true",
-                        help="replay only the code that saved each failure: a side from a source whose files "
-                             "changed since is refused (exit 2, one line) instead of replayed as it is now; with "
-                             "DIR, every file is checked first and any that cannot be replayed refuses the folder")
+                        help="for audits: a failure whose side from a source (a path or a release) changed "
+                             "since it was saved is refused (exit 2, one line) instead of replayed on the side as "
+                             "it is now; with DIR, every file is checked first and any that cannot be replayed "
+                             "refuses the whole folder (the copies' code tree is compared either way: a warning)")
     replay.add_argument("--known-issues", metavar="FILE",
                         help="accepted findings (the file of run --known-issues): one that still fails is "
                              "reported as accepted and does not make the exit 1")
@@ -264,8 +265,8 @@ def _replay_folder(folder: Path, args: argparse.Namespace, issues: list[dict]) -
     checked = [_checked(path, args.device, args.strict) for path in files]
     if all(replayable is None for replayable, _, _ in checked):
         first = next(row for _, _, row in checked if row is not None)
-        raise UsageError(f"replay {str(folder)!r}: none of its {len(files)} repro file(s) can be replayed; the "
-                         f"first, {first.result.removeprefix('invalid: ')}; fix or move them")
+        raise UsageError(f"replay {str(folder)!r}: none of its {len(files)} repro file(s) can be replayed (the "
+                         f"first: {first.result.removeprefix('invalid: ')}); fix or move them")
     now = versions()
     print(f"replaying {len(files)} repro file(s) of {folder} with syncfuzz {now['syncfuzz']} from {now['root']} "
           f"(code {now['code_sha256']}), torch {now['torch']}")
