@@ -338,8 +338,8 @@ class SideChange:
         commit = f" (saved at git commit {self.commit_then})" if self.commit_then else ""
         more = f" and {len(self.files) - 1} more" if len(self.files) > 1 else ""
         return (f"{where}: its {self.role} side {self.spec} has changed since the failure was saved{commit}: "
-                f"{self.files[0][0]}{more}; restore that source to replay it, or run fuzz again against it as it "
-                "is now")
+                f"{self.files[0][0]}{more}; restore that source to replay it as saved, or drop --strict to replay "
+                "it on the source as it is now")
 
     def hashes(self, shown: int = 3) -> str:
         """The files that changed with their short hashes, then and now: ``a.py 1a2b3c4d -> 5e6f7a8b``."""
