@@ -16,7 +16,7 @@ import argparse
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from fuzz.errors import HarnessError, UsageError
 from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
@@ -184,10 +184,17 @@ def _saved_fields(path: Path) -> tuple[str, str, str]:
     return saved["target"], saved["device"], saved["verdict"]
 
 
-def _checked(path: Path, device: str | None, strict: bool) -> tuple[Replayable | None, str | None, _Row | None]:
-    """A file validated before any is replayed: (it, the device it replays on, None) -- device None: it needs
-    a GPU this host lacks -- or (None, None, its invalid row). Under ``strict`` a bad file is a UsageError
-    naming it: nothing in the folder is replayed."""
+class _Checked(NamedTuple):
+    """A file of ``replay DIR`` validated before any is replayed."""
+
+    replayable: Replayable | None  # None: invalid, see ``invalid``
+    device: str | None  # where it replays; None: it needs a GPU this host lacks (or is invalid)
+    invalid: _Row | None = None
+
+
+def _checked(path: Path, device: str | None, strict: bool) -> _Checked:
+    """``path`` validated, or its invalid row. Under ``strict`` a bad file is a UsageError naming it: nothing
+    in the folder is replayed."""
     from fuzz.replay import choose_device, replayable
 
     try:
@@ -197,23 +204,24 @@ def _checked(path: Path, device: str | None, strict: bool) -> tuple[Replayable |
         if strict:
             raise UsageError(f"{named} (nothing in {str(path.parent)!r} was replayed; fix or move that file)") \
                 from exc
-        return None, None, _Row(path, *_saved_fields(path), result=f"invalid: {named}", outcome="invalid")
+        return _Checked(None, None, _Row(path, *_saved_fields(path), result=f"invalid: {named}", outcome="invalid"))
     try:
-        return checked, choose_device(checked.payload, device), None
+        return _Checked(checked, choose_device(checked.payload, device))
     except UsageError:
         if device:  # --device cuda on a host without one: the flag's problem, for every file
             raise
-        return checked, None, None
+        return _Checked(checked, None)
 
 
-def _replayed(path: Path, checked: Replayable, device: str | None, strict: bool, issues: list[dict]) -> _Row:
+def _replayed(path: Path, checked: _Checked, args: argparse.Namespace, issues: list[dict]) -> _Row:
     """One file replayed in its fresh process, as a row."""
     from fuzz.replay import replay_file
 
-    saved = checked.payload
-    row = _Row(path, saved["target"], device or saved["device"], saved["verdict"], "", "")
+    assert checked.replayable is not None and checked.device is not None
+    saved = checked.replayable.payload
+    row = _Row(path, saved["target"], checked.device, saved["verdict"], "", "")
     try:
-        result = replay_file(str(path), device, strict=strict)
+        result = replay_file(str(path), args.device, strict=args.strict)
     except UsageError as exc:  # its input cannot be built: only the child process can tell
         row.result, row.outcome = f"invalid: {exc}", "invalid"
         return row
@@ -225,7 +233,7 @@ def _replayed(path: Path, checked: Replayable, device: str | None, strict: bool,
         return row
     row.result = f"still fails ({result.verdict}: {result.crashed})" if result.crashed else \
         f"still fails ({result.verdict})"
-    reason = _accepted(issues, checked, result)
+    reason = _accepted(issues, checked.replayable, result)
     row.result, row.outcome = (f"{row.result}, accepted: {reason}", "accepted") if reason else \
         (row.result, "still fails")
     return row
@@ -263,27 +271,27 @@ def _replay_folder(folder: Path, args: argparse.Namespace, issues: list[dict]) -
 
     files = _repro_files(folder, args.known_issues)
     checked = [_checked(path, args.device, args.strict) for path in files]
-    if all(replayable is None for replayable, _, _ in checked):
-        first = next(row for _, _, row in checked if row is not None)
+    if all(check.replayable is None for check in checked):
+        first = next(check.invalid for check in checked if check.invalid is not None)
         raise UsageError(f"replay {str(folder)!r}: none of its {len(files)} repro file(s) can be replayed (the "
                          f"first: {first.result.removeprefix('invalid: ')}); fix or move them")
     now = versions()
     print(f"replaying {len(files)} repro file(s) of {folder} with syncfuzz {now['syncfuzz']} from {now['root']} "
           f"(code {now['code_sha256']}), torch {now['torch']}")
-    changes = Counter(change for replayable, _, _ in checked if replayable for change in replayable.changed)
+    changes = Counter(change for check in checked if check.replayable for change in check.replayable.changed)
     for change, count in changes.items():
         print(changed_note((change,), f"{count} of these failures"))
     rows = []
-    for path, (replayable, device, invalid) in zip(files, checked):
-        if invalid is not None:
-            rows.append(invalid)
-        elif device is None:
-            saved = replayable.payload
+    for path, check in zip(files, checked):
+        if check.invalid is not None:
+            rows.append(check.invalid)
+        elif check.device is None:
+            saved = check.replayable.payload
             rows.append(_Row(path, saved["target"], saved["device"], saved["verdict"],
                              f"needs a GPU: skipped (saved on {saved['device']}; --device cpu tries it here)",
                              "skipped"))
         else:
-            rows.append(_replayed(path, replayable, args.device, args.strict, issues))
+            rows.append(_replayed(path, check, args, issues))
     _print_table(rows)
     outcomes = [row.outcome for row in rows]
     print(summary_line(outcomes))
