@@ -12,6 +12,7 @@ import json
 import shutil
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -236,7 +237,7 @@ def test_a_one_line_edit_in_a_branch_is_reported_and_replays(branch_failure):
 
 
 @pytest.fixture
-def fixed_branch(branch_failure, tmp_path) -> tuple[Path, Path, str]:
+def fixed_branch(branch_failure, tmp_path) -> Iterator[tuple[Path, Path, str]]:
     """The branch of ``branch_failure`` with its divergence fixed (undone on teardown): the repro, a folder
     holding a copy of it, and the line replay prints about the change (the file's hashes then and now)."""
     branch, repro, _ = branch_failure
