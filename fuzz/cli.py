@@ -44,6 +44,8 @@ from fuzz.releases import (
     cmd_provenance,
     cmd_sources,
 )
+from fuzz.replay_cmd import add_parser as add_replay_parser
+from fuzz.replay_cmd import cmd_replay
 from fuzz.report import closing_line
 from fuzz.session import markdown_images, write_outputs
 from fuzz.targets import CONTRACTS
@@ -212,10 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_corpus_merge_parser(commands)
 
-    replay = commands.add_parser("replay", help="re-run a saved failure in a fresh process")
-    replay.add_argument("file", metavar="FILE|DIR",
-                        help="a repro file, or a folder (e.g. fuzz-corpus/failures): every *.json in it, in a table")
-    replay.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the saved one")
+    add_replay_parser(commands)
     add_trend_parser(commands)
     add_provenance_parser(commands)
     add_new_target_parser(commands)
@@ -461,130 +460,6 @@ def cmd_merge_reports(args: argparse.Namespace) -> int:
     if not where_asked:
         return merged.exit_code() if merged.exit_code() != EXIT_OK else EXIT_USAGE
     return merged.exit_code()
-
-
-CUDA_ONLY_VERDICTS = {"sync-regression": "GPU<->CPU syncs exist only on CUDA",
-                      "crash": "a device-side assert happens only on CUDA"}
-
-
-def _say_which_code(saved: dict) -> None:
-    """Name the code tree and versions this replay runs, and what differs from the run that saved it."""
-    from fuzz.versions import versions
-
-    now, then = versions(), saved.get("versions") or {}
-    print(f"replaying with syncfuzz {now['syncfuzz']} from {now['root']} (code {now['code_sha256']}), "
-          f"torch {now['torch']}")
-    differ = [f"{key} {then[key]} -> {now.get(key)}" for key in ("root", "code_sha256", "syncfuzz", "torch")
-              if then.get(key) and then.get(key) != now.get(key)]
-    if differ:
-        print(f"warning: not the code that saved this failure ({'; '.join(differ)}); a different outcome may "
-              "come from that")
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    from fuzz.replay import check_replayable, replay_file
-
-    if not args.file.strip():  # Path("") is the current folder: it would replay whatever JSON lies there
-        raise UsageError("replay FILE is empty; pass a repro file or a corpus failures/ folder")
-    if Path(args.file).is_dir():
-        return _replay_folder(Path(args.file), args.device)
-    saved, _ = check_replayable(args.file)
-    why = CUDA_ONLY_VERDICTS.get(saved["verdict"])
-    if args.device == "cpu" and saved["device"].startswith("cuda") and why:
-        print(f"note: this {saved['verdict']} was saved on {saved['device']} and needs a GPU to reproduce ({why}); "
-              "replaying on the CPU checks the values only")
-    elif args.device and args.device != saved["device"]:
-        print(f"note: saved on {saved['device']}, replaying on {args.device} as asked")
-    _say_which_code(saved)
-    result = replay_file(args.file, args.device)
-    if result.crashed:
-        print(f"{result.verdict.upper()} reproduced on {result.device} for {args.file}: {result.crashed}")
-        return EXIT_FAILURE
-    if not result.still_fails:
-        print(f"no longer fails: legacy and optimized agree on {result.device} for {args.file}")
-        return EXIT_OK
-    print(f"{result.verdict.upper()} reproduced on {result.device} for {args.file}")
-    for mismatch in result.mismatches:
-        print(f"  at {mismatch['path']} ({mismatch['what']}): {mismatch['detail']}")
-    return EXIT_FAILURE
-
-
-def _repro_files(folder: Path) -> list[Path]:
-    """The repro files of a folder: its *.json, not the temporary files of a save in progress (.tmp-*)."""
-    files = sorted(p for p in folder.glob("*.json") if p.is_file() and not p.name.startswith("."))
-    if not files:
-        raise UsageError(f"replay {str(folder)!r}: the folder holds no repro file (*.json); pass a corpus "
-                         "failures/ folder or a repro file")
-    return files
-
-
-def _checked_folder(files: list[Path], device: str | None) -> list[tuple[Path, dict, str | None]]:
-    """Every file validated before any is replayed: (path, payload, device; None: needs a GPU this host lacks).
-    A bad file is a UsageError naming it: nothing is replayed."""
-    from fuzz.replay import check_replayable, choose_device
-
-    checked = []
-    for path in files:
-        try:
-            saved, _ = check_replayable(str(path))
-        except UsageError as exc:
-            named = str(exc) if path.name in str(exc) else f"repro file {str(path)!r}: {exc}"
-            raise UsageError(f"{named} (nothing in {str(path.parent)!r} was replayed; fix or move that file)") from exc
-        try:
-            checked.append((path, saved, choose_device(saved, device)))
-        except UsageError:
-            if device:  # --device cuda on a host without one: the flag's problem, for every file
-                raise
-            checked.append((path, saved, None))
-    return checked
-
-
-def _replayed(path: Path, device: str | None) -> tuple[str, int]:
-    """One file's result column and its exit code (see _replay_folder)."""
-    from fuzz.replay import replay_file
-
-    try:
-        result = replay_file(str(path), device)
-    except UsageError as exc:  # its input cannot be built: only the child process can tell
-        return f"invalid: {exc}", EXIT_USAGE
-    except HarnessError as exc:
-        return f"fuzzer error: {exc}", EXIT_USAGE
-    if result.crashed:
-        return f"still fails ({result.verdict}: {result.crashed})", EXIT_FAILURE
-    if result.still_fails:
-        return f"still fails ({result.verdict})", EXIT_FAILURE
-    return "no longer fails", EXIT_OK
-
-
-def _replay_folder(folder: Path, device: str | None) -> int:
-    """``replay DIR``: each repro file of the folder in its own fresh process, then one table.
-
-    Exit 1 if any still fails; else 2 if any turned out invalid (an input its target cannot build)
-    or hit a fuzzer error; else 3 if any needs a GPU this host lacks (skipped: not shown either way);
-    else 0. An empty folder or a file that cannot be replayed at all is one line and exit 2 first."""
-    from fuzz.model import EXIT_INCOMPLETE
-    from fuzz.versions import versions
-
-    checked = _checked_folder(_repro_files(folder), device)
-    now = versions()
-    print(f"replaying {len(checked)} repro file(s) of {folder} with syncfuzz {now['syncfuzz']} from {now['root']} "
-          f"(code {now['code_sha256']}), torch {now['torch']}")
-    rows, codes = [("file", "target", "device", "saved verdict", "result")], []
-    for path, saved, on in checked:
-        if on is None:
-            result = f"needs a GPU: skipped (saved on {saved['device']}; --device cpu tries it here)"
-            code = EXIT_INCOMPLETE
-        else:
-            result, code = _replayed(path, device)
-        rows.append((path.name, saved["target"], on or saved["device"], saved["verdict"], result))
-        codes.append(code)
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4])
-    for code in (EXIT_FAILURE, EXIT_USAGE, EXIT_INCOMPLETE):
-        if code in codes:
-            return code
-    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,8 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
 
 from fuzz.child import child_env
 from fuzz.config import RunConfig
@@ -28,6 +28,9 @@ from fuzz.repro import load_repro, repro_config
 from fuzz.targets import TARGET_MODULES_ENV
 from fuzz.targets import plugin_modules as extra_modules
 from fuzz.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from fuzz.releases import SideChange
 
 STARTUP_ALLOWANCE = 120.0  # seconds for the child to import torch and build a CUDA context
 
@@ -41,6 +44,9 @@ class ReplayResult:
     device: str
     mismatches: list[dict]
     crashed: str | None = None
+    # What a known-issues entry matches on besides the verdict and mismatches (fuzz/triage.py).
+    exceptions: dict[str, str | None] = field(default_factory=lambda: {"legacy": None, "optimized": None})
+    oracles: tuple[str, ...] = ()
 
     @property
     def still_fails(self) -> bool:
@@ -62,25 +68,40 @@ def choose_device(payload: dict, override: str | None) -> str:
     return device
 
 
-def check_replayable(path: str) -> tuple[dict, RunConfig]:
-    """The repro file and its run config, validated: its fields, its config,
-    the target it names and the module that registers it (trusted or refused)."""
-    from fuzz.releases import CannotBuild, bind_sides, check_repro_sides
+@dataclass(frozen=True)
+class Replayable:
+    """A validated repro file: its content, the run config that saved it, and each side from a source whose
+    files changed since (replayed as it is now unless strict)."""
+
+    payload: dict
+    config: RunConfig
+    changed: tuple[SideChange, ...] = ()
+
+
+def replayable(path: str, strict: bool = True) -> Replayable:
+    """The repro file validated: its fields, its config, the target it names and the module that registers it
+    (trusted or refused), and its sides (still here, still buildable). ``strict``: a side whose files changed
+    since the failure was saved is refused (a UsageError naming the first file), else named in ``changed``."""
+    from fuzz.releases import CannotBuild, bind_sides, side_changes
     from fuzz.targets import lookup
 
     payload = load_repro(path)
     config = repro_config(payload, str(path))
     (target,) = lookup([payload["target"]], trusted_modules(payload, config, str(path)))  # unknown: UsageError
-    check_repro_sides(payload, config, f"repro file {str(path)!r}")
+    where = f"repro file {str(path)!r}"
+    changed = side_changes(payload, config, where)
+    if strict and changed:
+        raise UsageError(changed[0].refusal(where))
     try:
         bind_sides(target, config)
     except CannotBuild as exc:
-        raise UsageError(f"repro file {str(path)!r}: {exc}") from exc
-    return payload, config
+        raise UsageError(f"{where}: {exc}") from exc
+    return Replayable(payload, config, tuple(changed))
 
 
 def replay_file(path: str, device_override: str | None = None, timeout: float | None = None,
-                env: Mapping[str, str] | None = None, device_known: bool = False) -> ReplayResult:
+                env: Mapping[str, str] | None = None, device_known: bool = False,
+                strict: bool = True) -> ReplayResult:
     """Validate ``path`` here, run it in a child process, return what happened.
 
     Two clocks: the child has ``STARTUP_ALLOWANCE`` to import torch and build
@@ -90,8 +111,11 @@ def replay_file(path: str, device_override: str | None = None, timeout: float | 
     (default this process'; e.g. one outside the run's MPS server, fuzz/gpushare.py). ``device_known``: the
     saved device is known to be here (the example just ran on it), so this process does not ask CUDA --
     under MPS, a process that is no CUDA client must not become one, and a server busy with another
-    client's fault may not answer."""
-    payload, config = check_replayable(path)
+    client's fault may not answer. ``strict`` (the default: ``--confirm`` checks the code that found the
+    failure): a side from a source whose files changed since the failure was saved is refused; else it is
+    replayed as it is now (``replay`` without ``--strict``: the fix-and-recheck loop)."""
+    checked = replayable(path, strict)
+    payload, config = checked.payload, checked.config
     if timeout is None:
         timeout = 2 * config.example_timeout if payload["verdict"] == Verdict.HANG.value else 600.0
     device = payload["input"]["device"] if device_known else choose_device(payload, device_override)
@@ -123,7 +147,9 @@ def replay_file(path: str, device_override: str | None = None, timeout: float | 
             raise HarnessError(data["fuzzer_error"])
         if "crash" in data:
             return ReplayResult(verdict="crash", device=device, mismatches=[], crashed=data["crash"])
-        return ReplayResult(verdict=data["verdict"], device=device, mismatches=data["mismatches"])
+        return ReplayResult(verdict=data["verdict"], device=device, mismatches=data["mismatches"],
+                            exceptions=data.get("exceptions") or {"legacy": None, "optimized": None},
+                            oracles=tuple(data.get("oracles") or ()))
     time.sleep(0.05)  # let the stderr reader keep the dead child's last line
     tail = ("".join(stderr).strip().splitlines() or ["(no output)"])[-1]
     how = f"signal {-child.returncode}" if child.returncode < 0 else f"exit code {child.returncode}"
@@ -210,7 +236,11 @@ def _child(path: str, device: str) -> int:
         print(_RESULT_MARK + json.dumps({"crash": f"CUDA context lost: harness: {str(fatal).splitlines()[0]}"}),
               flush=True)
         return 0
-    data = {"verdict": result.verdict.value, "mismatches": [m.as_json() for m in result.mismatches]}
+    data = {"verdict": result.verdict.value, "mismatches": [m.as_json() for m in result.mismatches],
+            "exceptions": {side: raised.type_name if raised else None
+                           for side, raised in (("legacy", result.legacy.raised),
+                                                ("optimized", result.optimized.raised))},
+            "oracles": list(result.oracles)}
     print(_RESULT_MARK + json.dumps(data), flush=True)
     return 0
 

@@ -93,13 +93,20 @@ def _matches(issue: dict, target: str, contract: str, failure: Failure, optimize
     return True
 
 
+def known_reason(issues: list[dict], target: str, contract: str, failure: Failure,
+                 optimized: str | None = None) -> str | None:
+    """The reason of the first issue that accepts ``failure`` of ``target`` (None: a new failure)."""
+    issue = next((i for i in issues if _matches(i, target, contract, failure, optimized)), None)
+    return issue["reason"] if issue else None
+
+
 def mark_known(entries: list[TargetEntry], issues: list[dict], contract: str,
                optimized: str | None = None) -> list[TargetEntry]:
     """The entries with each failure that an issue accepts labelled with its reason. ``optimized``: the
     version of the run's optimized side where it is a source (None: the copy, or a checkout without one)."""
     def labelled(entry: TargetEntry, failure: Failure) -> Failure:
-        issue = next((i for i in issues if _matches(i, entry.name, contract, failure, optimized)), None)
-        return replace(failure, known=issue["reason"]) if issue else failure
+        reason = known_reason(issues, entry.name, contract, failure, optimized)
+        return replace(failure, known=reason) if reason else failure
 
     return [entry.with_failures(labelled(entry, f) for f in entry.failures) for entry in entries]
 

@@ -13,8 +13,8 @@ that source is ``cannot-build`` for the run, with the reason.
 Every process of a run (the isolated worker, each xdist worker, confirm
 replays, ``replay``) rebuilds the same sides from the ``RunConfig``; the
 side's identity (release version or checkout path, git commit and the hash
-of the files read) goes into reports and repro files, and ``replay``
-refuses a source that has changed since.
+of the files read) goes into reports and repro files; ``replay`` names a
+source that has changed since (``replay --strict`` refuses it).
 """
 
 from __future__ import annotations
@@ -323,10 +323,39 @@ def side_identities(config: Any) -> dict[str, dict[str, Any]]:
     return {role: identity(getattr(config, role), config.sources) for role in ROLES}
 
 
-def check_repro_sides(payload: dict, config: Any, where: str) -> None:
-    """Before a replay runs: each side the repro names still resolves and is
-    the same code (same files hash) it was when the failure was saved."""
+@dataclass(frozen=True)
+class SideChange:
+    """A side whose catalog files are not what a repro file recorded: ``files`` holds (path, sha256 then,
+    sha256 now) for each file that differs (``None``: absent)."""
+
+    role: str
+    spec: str
+    files: tuple[tuple[str, str | None, str | None], ...]
+    commit_then: str | None = None
+
+    def refusal(self, where: str) -> str:
+        """``replay --strict``'s one line: the first changed file, and how to replay it."""
+        commit = f" (saved at git commit {self.commit_then})" if self.commit_then else ""
+        more = f" and {len(self.files) - 1} more" if len(self.files) > 1 else ""
+        return (f"{where}: its {self.role} side {self.spec} has changed since the failure was saved{commit}: "
+                f"{self.files[0][0]}{more}; restore that source to replay it as saved, or drop --strict to replay "
+                "it on the source as it is now")
+
+    def hashes(self, shown: int = 3) -> str:
+        """The files that changed with their short hashes, then and now: ``a.py 1a2b3c4d -> 5e6f7a8b``."""
+        def short(digest: str | None) -> str:
+            return digest[:8] if digest else "absent"
+
+        listed = [f"{path} {short(then)} -> {short(now)}" for path, then, now in self.files[:shown]]
+        more = f" and {len(self.files) - shown} more file(s)" if len(self.files) > shown else ""
+        return ", ".join(listed) + more
+
+
+def side_changes(payload: dict, config: Any, where: str) -> list[SideChange]:
+    """Each side the repro names that is no longer the code it was when the failure was saved (its files
+    hash differently). A side that cannot be found here is a UsageError: there is nothing to replay on."""
     recorded = payload.get("sides") or {}
+    changes = []
     for role in ROLES:
         spec = getattr(config, role)
         if spec == COPY:
@@ -340,10 +369,9 @@ def check_repro_sides(payload: dict, config: Any, where: str) -> None:
         before, after = then.get("files") or {}, now["files"]
         changed = sorted(path for path in set(before) & set(after) if before[path] != after[path])
         if changed:
-            commit = f" (saved at git commit {then['git_commit']})" if then.get("git_commit") else ""
-            raise UsageError(f"{where}: its {role} side {spec} has changed since the failure was saved{commit}: "
-                             f"{changed[0]}" + (f" and {len(changed) - 1} more" if len(changed) > 1 else "")
-                             + "; restore that source to replay it, or run fuzz again against it as it is now")
+            changes.append(SideChange(role, spec, tuple((path, before[path], after[path]) for path in changed),
+                                      then.get("git_commit")))
+    return changes
 
 
 def bind(target: Target, legacy: str = COPY, optimized: str = COPY, search: Sequence[str] = ()) -> Target:

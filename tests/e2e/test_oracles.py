@@ -110,6 +110,12 @@ def test_violation_is_saved_replayed_and_accepted_as_known(tmp_path):
                    "--known-issues", str(known), extra_env=DEMO)
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
     assert "known: the demo's claim is too strict" in accepted.stdout
+    # replay --known-issues matches the oracle the replay saw, as run does (a replay child reports it).
+    for oracle, code in (("invariant offsets_stay_below_four", 0), ("invariant another_claim", 1)):
+        known.write_text(json.dumps({"format": "syncfuzz-known-issues/1", "issues": [
+            {"target": "demo-invariant", "verdict": "invariant-violation", "oracle": oracle, "reason": "too strict"}]}))
+        replayed = cli("replay", str(repro), "--known-issues", str(known), extra_env=DEMO)
+        assert replayed.returncode == code, (oracle, replayed.stdout + replayed.stderr)
 
 
 def test_a_divergence_stays_a_divergence_and_names_every_oracle_that_saw_it():

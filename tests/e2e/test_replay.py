@@ -184,8 +184,10 @@ CUDA_INPUT = {"device": "cuda", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_s
 
 
 def _table(out: str) -> dict[str, str]:
-    """replay DIR's table: file name -> its row."""
-    return {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+    """replay DIR's table: file name -> its row (the rows between the header and the summary line)."""
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["file", "target"])
+    return {line.split()[0]: line for line in lines[header + 1:-1] if line.strip()}
 
 
 def test_replay_of_a_folder_replays_every_file_and_prints_a_table(saved_failure, tmp_path, capsys, monkeypatch):
@@ -205,6 +207,8 @@ def test_replay_of_a_folder_replays_every_file_and_prints_a_table(saved_failure,
     assert "planted-offsets-off-by-one" in rows[repro.name] and "still fails (divergence)" in rows[repro.name]
     assert rows["fixed.json"].split()[1:4] == ["fla-chunk-offsets", "cpu", "divergence"]
     assert rows["fixed.json"].endswith("no longer fails")
+    assert out.splitlines()[-1] == ("replayed 2 of 2 repro file(s): 1 still fail, 1 no longer fail, 0 accepted, "
+                                    "0 invalid")
 
 
 def test_replay_of_a_folder_exit_codes_invalid_input_and_gpu_only(tmp_path, capsys):
@@ -213,33 +217,110 @@ def test_replay_of_a_folder_exit_codes_invalid_input_and_gpu_only(tmp_path, caps
     _write(folder, "fixed.json", _valid_payload())
     _write(folder, "bad-input.json", _valid_payload(input={"device": "cpu", "cu_seqlens": "abc", "dtype": "int32",
                                                            "chunk_size": 2}))
-    assert main(["replay", str(folder)]) == 2  # an input the target cannot build: invalid, the others still run
-    rows = _table(capsys.readouterr().out)
+    assert main(["replay", str(folder)]) == 3  # an input the target cannot build: invalid, the others still run
+    out = capsys.readouterr().out
+    rows = _table(out)
     assert "invalid: " in rows["bad-input.json"] and "cannot be built" in rows["bad-input.json"]
     assert rows["fixed.json"].endswith("no longer fails")
+    assert out.splitlines()[-1].startswith("replayed 1 of 2 repro file(s): 0 still fail, 1 no longer fail, "
+                                           "0 accepted, 1 invalid")
     if torch.cuda.is_available():
         return
     (folder / "bad-input.json").unlink()
     _write(folder, "gpu.json", _valid_payload(device="cuda", input=CUDA_INPUT))
     assert main(["replay", str(folder)]) == 3  # nothing fails, but one was not shown either way
-    rows = _table(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    rows = _table(out)
     assert "needs a GPU: skipped" in rows["gpu.json"] and rows["fixed.json"].endswith("no longer fails")
+    assert out.splitlines()[-1].endswith(", 1 skipped (needs a GPU)")
 
 
-@pytest.mark.parametrize("name", ["unknown-target", "truncated", "untrusted-target-module"])
-def test_a_bad_file_in_a_folder_is_one_line_naming_it_before_any_replay(name, tmp_path, capsys):
+FOLDER_BAD_FILES = ["unknown-target", "truncated", "untrusted-target-module"]
+
+
+@pytest.mark.parametrize("name", FOLDER_BAD_FILES)
+def test_a_bad_file_in_a_folder_is_an_invalid_row_and_the_rest_replays(name, tmp_path, capsys):
     folder = tmp_path / "failures"
     folder.mkdir()
     _write(folder, "a-fine-one.json", _valid_payload())
     _write(folder, f"z-{name}.json", BAD_FILES[name][0])
-    assert main(["replay", str(folder)]) == 2
+    assert main(["replay", str(folder)]) == 3  # incomplete: one file could not be checked
+    captured = capsys.readouterr()
+    rows = _table(captured.out)
+    assert rows["a-fine-one.json"].endswith("no longer fails")
+    assert "invalid: " in rows[f"z-{name}.json"] and BAD_FILES[name][1] in rows[f"z-{name}.json"]
+    assert captured.out.splitlines()[-1] == ("replayed 1 of 2 repro file(s): 0 still fail, 1 no longer fail, "
+                                             "0 accepted, 1 invalid")
+    assert "Beautiful is better than ugly" not in captured.out  # `import this` never ran
+    assert captured.err == ""
+
+
+@pytest.mark.parametrize("name", FOLDER_BAD_FILES)
+def test_strict_a_bad_file_in_a_folder_is_one_line_naming_it_before_any_replay(name, tmp_path, capsys):
+    folder = tmp_path / "failures"
+    folder.mkdir()
+    _write(folder, "a-fine-one.json", _valid_payload())
+    _write(folder, f"z-{name}.json", BAD_FILES[name][0])
+    assert main(["replay", str(folder), "--strict"]) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and f"z-{name}.json" in err and BAD_FILES[name][1] in err, err
     assert "nothing in" in err and captured.out == ""  # validated first: nothing was replayed
 
 
+def test_a_folder_none_of_whose_files_can_be_replayed_is_one_line_and_exit_2(tmp_path, capsys):
+    folder = tmp_path / "failures"
+    folder.mkdir()
+    for name in FOLDER_BAD_FILES:
+        _write(folder, f"{name}.json", BAD_FILES[name][0])
+    assert main(["replay", str(folder)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and "none of its 3 repro file(s) can be replayed" in err, err
+    assert captured.out == ""
+
+
 def test_an_empty_folder_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["replay", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no repro file" in err
+
+
+# --------------------------------------------------------------------------- --known-issues
+
+
+def _known(tmp_path, **match) -> str:
+    issue = {"target": "planted-offsets-off-by-one", "verdict": "divergence", "reason": "planted on purpose", **match}
+    path = tmp_path / "known.json"
+    path.write_text(json.dumps({"format": "syncfuzz-known-issues/1", "issues": [issue]}))
+    return str(path)
+
+
+def test_known_issues_accept_a_failure_that_still_fails_in_a_folder(saved_failure, tmp_path, capsys, monkeypatch):
+    _, (repro,) = saved_failure
+    monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.planted")
+    folder = tmp_path / "failures"
+    folder.mkdir()
+    (folder / repro.name).write_bytes(repro.read_bytes())
+    _write(folder, "fixed.json", _valid_payload())
+    # An entry that matches another mismatch kind accepts nothing: the planted failure still fails.
+    assert main(["replay", str(folder), "--known-issues", _known(tmp_path, mismatch="dtype")]) == 1
+    assert "1 still fail, 1 no longer fail, 0 accepted" in capsys.readouterr().out
+    # The known-issues file beside the repro files is not read as one of them.
+    known = _known(folder, mismatch="values")
+    assert main(["replay", str(folder), "--known-issues", known]) == 0
+    out = capsys.readouterr().out
+    rows = _table(out)
+    assert set(rows) == {repro.name, "fixed.json"}
+    assert rows[repro.name].endswith("still fails (divergence), accepted: planted on purpose")
+    assert out.splitlines()[-1] == ("replayed 2 of 2 repro file(s): 0 still fail, 1 no longer fail, 1 accepted, "
+                                    "0 invalid")
+
+
+def test_known_issues_accept_a_failure_that_still_fails_in_a_file(saved_failure, tmp_path, capsys, monkeypatch):
+    _, (repro,) = saved_failure
+    monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.planted")
+    assert main(["replay", str(repro), "--known-issues", _known(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "DIVERGENCE reproduced on cpu" in out
+    assert out.splitlines()[-1] == "still fails, accepted by --known-issues: planted on purpose"

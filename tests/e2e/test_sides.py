@@ -6,11 +6,13 @@ edited the way a contributor's branch would be; nothing is downloaded.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import shutil
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -203,7 +205,11 @@ def test_a_base_pack_missing_a_file_the_targets_name_is_cannot_build(tmp_path):
 # --------------------------------------------------------------------------- the CLI, end to end
 
 
-def test_a_one_line_edit_in_a_branch_is_reported_and_replays(tmp_path):
+@pytest.fixture(scope="module")
+def branch_failure(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """A branch checkout with a one-line divergence, one run against it as ``--optimized PATH``: the branch,
+    the one repro file the run saved, and the report."""
+    tmp_path = tmp_path_factory.mktemp("branch")
     branch = tree(tmp_path, {FLA: ("cu_seqlens.new_zeros(1)", "cu_seqlens.new_ones(1)")})
     corpus, report = tmp_path / "corpus", tmp_path / "report.json"
     done = cli("run", "--target", "fla-chunk-offsets", "--target", "fla-chunk-indices", "--device", "cpu",
@@ -211,20 +217,97 @@ def test_a_one_line_edit_in_a_branch_is_reported_and_replays(tmp_path):
                "--report", str(report), "--confirm", "0", "--in-process")
     assert done.returncode == 1, done.stdout + done.stderr
     data = json.loads(report.read_text())
+    (repro,) = [Path(f["repro"]) for t in data["targets"] for f in t["failures"]]
+    return branch, repro, data
+
+
+def test_a_one_line_edit_in_a_branch_is_reported_and_replays(branch_failure):
+    branch, repro, data = branch_failure
     verdicts = {t["name"]: t["verdict"] for t in data["targets"]}
     assert verdicts == {"fla-chunk-offsets": "divergence", "fla-chunk-indices": "agree"}
     side = data["run"]["sides"]["optimized"]
     assert side["kind"] == "path" and side["side"] == str(branch.resolve()) and side["files"][FLA]
-    (repro,) = [f["repro"] for t in data["targets"] for f in t["failures"]]
-    assert json.loads(Path(repro).read_text())["sides"]["optimized"]["files_sha256"] == side["files_sha256"]
-    replayed = cli("replay", repro)
+    assert json.loads(repro.read_text())["sides"]["optimized"]["files_sha256"] == side["files_sha256"]
+    replayed = cli("replay", str(repro))
     assert replayed.returncode == 1 and "DIVERGENCE reproduced" in replayed.stdout, replayed.stdout + replayed.stderr
-    # The branch moves on: the saved failure no longer names the code that is there.
-    (branch / FLA).write_text((branch / FLA).read_text().replace("new_ones(1)", "new_zeros(1)"))
-    refused = cli("replay", repro)
-    assert refused.returncode == 2
-    assert refused.stderr.count("\n") == 1 and "has changed since the failure was saved" in refused.stderr
-    assert FLA in refused.stderr
+    assert "not the code that saved" not in replayed.stdout
+
+
+# --------------------------------------------------------------------------- fix, then replay (issue 45)
+
+
+@pytest.fixture
+def fixed_branch(branch_failure, tmp_path) -> Iterator[tuple[Path, Path, str]]:
+    """The branch of ``branch_failure`` with its divergence fixed (undone on teardown): the repro, a folder
+    holding a copy of it, and the line replay prints about the change (the file's hashes then and now)."""
+    branch, repro, _ = branch_failure
+    planted = (branch / FLA).read_text()
+    (branch / FLA).write_text(planted.replace("new_ones(1)", "new_zeros(1)"))
+    folder = tmp_path / "failures"
+    folder.mkdir()
+    shutil.copy(repro, folder / repro.name)
+    then = json.loads(repro.read_text())["sides"]["optimized"]["files"][FLA][:8]
+    now = hashlib.sha256((branch / FLA).read_text().encode()).hexdigest()[:8]
+    assert then != now
+    change = f"its optimized side {branch.resolve()} changed ({FLA} {then} -> {now})"
+    yield repro, folder, change
+    (branch / FLA).write_text(planted)
+
+
+def test_a_fixed_branch_replays_as_it_is_now_and_no_longer_fails(fixed_branch):
+    repro, _, change = fixed_branch
+    replayed = cli("replay", str(repro))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert f"warning: not the code that saved this failure: {change}; replaying on the code there now " \
+           "(--strict refuses)" in replayed.stdout.splitlines()
+    assert "no longer fails: legacy and optimized agree on cpu" in replayed.stdout
+
+
+def test_a_fixed_branch_replays_in_a_folder_beside_an_unusable_file(fixed_branch):
+    repro, folder, change = fixed_branch
+    replayed = cli("replay", str(folder))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    lines = replayed.stdout.splitlines()
+    assert f"warning: not the code that saved 1 of these failures: {change}; replaying on the code there now " \
+           "(--strict refuses)" in lines
+    (row,) = [line for line in lines if line.startswith(repro.name)]
+    assert row.endswith("no longer fails")
+    assert lines[-1] == "replayed 1 of 1 repro file(s): 0 still fail, 1 no longer fail, 0 accepted, 0 invalid"
+    (folder / "half-written.json").write_text('{"format": "syncfuzz-repro/1", "tar')
+    replayed = cli("replay", str(folder))
+    assert replayed.returncode == 3, replayed.stdout + replayed.stderr  # incomplete: one file was not checked
+    lines = replayed.stdout.splitlines()
+    (row,) = [line for line in lines if line.startswith(repro.name)]
+    (bad,) = [line for line in lines if line.startswith("half-written.json")]
+    assert row.endswith("no longer fails") and "invalid: " in bad and "not valid JSON" in bad
+    assert lines[-1] == "replayed 1 of 2 repro file(s): 0 still fail, 1 no longer fail, 0 accepted, 1 invalid"
+
+
+def test_strict_refuses_a_side_that_changed_since_the_failure_was_saved(fixed_branch):
+    repro, folder, _ = fixed_branch
+    for path in (repro, folder):
+        refused = cli("replay", str(path), "--strict")
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
+        assert refused.stderr.count("\n") == 1 and "has changed since the failure was saved" in refused.stderr
+        assert FLA in refused.stderr
+
+
+def test_known_issues_accept_a_branch_failure_that_still_fails_in_a_folder(branch_failure, tmp_path):
+    """Not fixed: the folder exits 1, unless the known-issues file accepts the failure."""
+    _, repro, _ = branch_failure
+    folder = tmp_path / "failures"
+    folder.mkdir()
+    shutil.copy(repro, folder / repro.name)
+    assert cli("replay", str(folder)).returncode == 1
+    known = tmp_path / "known.json"
+    known.write_text(json.dumps({"format": "syncfuzz-known-issues/1", "issues": [
+        {"target": "fla-chunk-offsets", "verdict": "divergence", "reason": "the branch's new first offset"}]}))
+    replayed = cli("replay", str(folder), "--known-issues", str(known))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    (row,) = [line for line in replayed.stdout.splitlines() if line.startswith(repro.name)]
+    assert row.endswith("still fails (divergence), accepted: the branch's new first offset")
+    assert replayed.stdout.splitlines()[-1] == ("replayed 1 of 1 repro file(s): 0 still fail, 0 no longer fail, "
+                                                "1 accepted, 0 invalid")
 
 
 def test_a_target_that_cannot_be_built_does_not_stop_the_others(tmp_path):

@@ -175,6 +175,15 @@ def replay(content: bytes | dict | list, *extra: str) -> Case:
     return cmd("replay", write("bad-repro.json", content), *extra)
 
 
+def repro_folder(name: str, files: dict[str, bytes | dict]) -> Callable[[Path], str]:
+    """A folder made for the case, holding ``files``."""
+    def make(w: Path) -> str:
+        for file, content in files.items():
+            write(f"{name}/{file}", content)(w)
+        return str(w / name)
+    return make
+
+
 def merge_in(content: bytes | str | dict | list) -> Case:
     return cmd("merge-reports", at("merged.json"), write("in.json", content))
 
@@ -373,6 +382,20 @@ CASES: dict[str, Case] = dict([
     ("replay-config-unknown-key", replay(_repro(config={"seed": 0, "frobnicate": 1}))),
     ("replay-config-wrong-type", replay(_repro(config={"stress": "yes"}))),
     ("replay-config-not-an-object", replay(_repro(config=[1]))),
+    # issue 45: replay for the fix-and-recheck loop
+    ("replay-known-issues-missing", cmd("replay", at(REPRO), "--known-issues", at("absent.json"))),
+    ("replay-known-issues-empty", cmd("replay", at(REPRO), "--known-issues", "")),
+    ("replay-known-issues-a-folder", cmd("replay", at(REPRO), "--known-issues", at("corpus"))),
+    ("replay-known-issues-not-json", cmd("replay", at(REPRO), "--known-issues", at("notes.txt"))),
+    ("replay-known-issues-a-repro", cmd("replay", at(REPRO), "--known-issues", at(REPRO))),
+    ("replay-known-issues-unknown-target", cmd("replay", at(REPRO), "--known-issues",
+                                               write("typo.json", _known(target="fla-chunk-offset")))),
+    ("replay-folder-known-issues-missing", cmd("replay", at("corpus/failures"), "--known-issues", at("absent.json"))),
+    ("replay-folder-nothing-replayable", cmd("replay", repro_folder("unusable", {
+        "truncated.json": b'{"format": "syncfuzz-repro/1", "tar', "typo.json": _repro(target="fla-chunk-offset"),
+        "pickle.json": pickle.dumps(_repro())}))),
+    ("replay-folder-strict-one-bad-file", cmd("replay", repro_folder("mixed", {
+        REPRO_NAME: _repro(), "typo.json": _repro(target="fla-chunk-offset")}), "--strict")),
     # ----------------------------------------------------------------- merge-reports
     ("merge-no-arguments", cmd("merge-reports")),
     ("merge-no-inputs", cmd("merge-reports", at("merged.json"))),
