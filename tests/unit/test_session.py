@@ -65,3 +65,32 @@ def test_the_cli_and_the_session_give_the_same_report(tmp_path):
         assert (a["name"], a["verdict"], a["by_device"], a["failures"]) == (
             b["name"], b["verdict"], b["by_device"], b["failures"])
         assert a["examples"] == 30
+
+
+def _outputs_of_a_planted_failure(tmp_path: Path, corpus: str, monkeypatch) -> tuple[list[str], str]:
+    """A run (from ``tmp_path``) that finds a planted bug, writing every format: the console lines and the
+    text of every output. Isolated: its worker runs in the journal folder, and must save under the corpus."""
+    monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.planted")
+    monkeypatch.chdir(tmp_path)
+    config = RunConfig(targets=("planted-indices-dropped-dtype",), target_modules=("tests.planted",),
+                       devices=("cpu",), seed=0, max_examples=50, corpus=corpus, isolated=True, confirm=0)
+    names = {"report": "r.json", "markdown": "r.md", "junit": "r.xml", "html": "r.html"}
+    said: list[str] = []
+    result = run(config, outputs={key: Path(name) for key, name in names.items()}, say=said.append)
+    assert result.exit_code == EXIT_FAILURE
+    (failure,) = result.report.targets[0].failures
+    texts = [(tmp_path / name).read_text() for name in names.values()]
+    return said + texts, failure.repro
+
+
+def test_repro_paths_are_relative_where_the_corpus_was_given_relative(tmp_path, monkeypatch):
+    outputs, repro = _outputs_of_a_planted_failure(tmp_path, "corpus", monkeypatch)
+    assert repro.startswith("corpus/failures/") and (tmp_path / repro).is_file()
+    assert all(str(tmp_path) not in text for text in outputs)  # no output points into this machine's folders
+    assert all(repro in text for text in outputs[-4:])  # ... and each format names the repro
+    assert json.loads((tmp_path / "r.json").read_text())["run"]["corpus"] == "corpus"
+
+
+def test_repro_paths_are_absolute_where_the_corpus_was_given_absolute(tmp_path, monkeypatch):
+    _, repro = _outputs_of_a_planted_failure(tmp_path, str(tmp_path / "corpus"), monkeypatch)
+    assert Path(repro).is_absolute() and Path(repro).is_file()
