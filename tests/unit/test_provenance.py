@@ -363,10 +363,18 @@ def test_a_side_source_flag_stands_for_the_one_pair_in_play(tmp_path):
     """--legacy-source replaces the default pair's release, or the only pair --target brings in."""
     (tmp_path / "vllm").mkdir()
     args = parse("--legacy-source", str(tmp_path), "--source", f"0.30.0={tmp_path}")
-    assert sorted(prov._given_sources(args, [DEFAULT_PAIR, SECOND])) == ["0.27.1", "0.30.0"]
-    assert sorted(prov._given_sources(args, [SECOND])) == ["0.29.0", "0.30.0"]
+    assert sorted(prov._given_sources(args, [DEFAULT_PAIR, SECOND], [*DEFAULT_PAIR, *SECOND])) == ["0.27.1", "0.30.0"]
+    assert sorted(prov._given_sources(args, [SECOND], SECOND)) == ["0.29.0", "0.30.0"]
     with pytest.raises(UsageError, match="VERSION=PATH"):
-        prov._given_sources(parse("--source", str(tmp_path)), [DEFAULT_PAIR])
+        prov._given_sources(parse("--source", str(tmp_path)), [DEFAULT_PAIR], DEFAULT_PAIR)
+
+
+def test_a_source_for_a_release_no_copy_came_from_is_refused(tmp_path):
+    """--source 9.9.9=PATH would be opened and never used: a silent success."""
+    (tmp_path / "vllm").mkdir()
+    with pytest.raises(UsageError, match=r"none of the copies checked was taken from vllm 9\.9\.9 \(they come from "
+                                         r"0\.27\.1, 0\.28\.0\)"):
+        prov._given_sources(parse("--source", f"9.9.9={tmp_path}"), [DEFAULT_PAIR], DEFAULT_PAIR)
 
 
 # --------------------------------------------------------------------------- the real copies and wheels
