@@ -28,7 +28,8 @@ def test_same_code_on_an_exit_0_page_is_not_styled_as_a_failure():
 
 
 def test_each_state_has_the_look_of_what_it_is():
-    assert [verdict_class(label) for label in ("same-code", "skipped", "retired in 0.34.0")] == ["verdict-no-evidence"] * 3
+    no_evidence = ("same-code", "skipped", "retired in 0.34.0")
+    assert [verdict_class(label) for label in no_evidence] == ["verdict-no-evidence"] * 3
     assert [verdict_class(label) for label in ("untested", "unreached", "cannot-build")] == ["verdict-incomplete"] * 3
     assert [verdict_class(label) for label in ("divergence", "crash (flaky)", "fuzzer-error")] == ["new"] * 3
     assert (verdict_class("agree"), verdict_class("divergence (known)")) == ("agree", "known")
