@@ -537,3 +537,42 @@ def test_against_resolves_from_sources_and_the_environment_before_any_download(m
         prov.cmd_provenance(parse(*argv))
     with pytest.raises(UsageError, match="--sources '/no/such' is not a directory"):
         prov.cmd_provenance(parse(*argv, "--sources", "/no/such"))
+
+
+# --------------------------------------------------------------------------- download lines
+
+
+def _pip_fails(monkeypatch) -> list[list[str]]:
+    """pip as an offline host runs it: no download happens; the commands asked for are recorded."""
+    import subprocess
+
+    from fuzz.releases import sources as release_sources_module
+
+    asked: list[list[str]] = []
+
+    def pip(command, **kwargs):
+        asked.append(command)
+        return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found for vllm==9.9.9")
+
+    monkeypatch.setattr(release_sources_module.subprocess, "run", pip)
+    return asked
+
+
+@pytest.mark.parametrize(("argv", "label", "instead"), [
+    (["sources", "fetch", "vllm==9.9.9"], "[sources]", "sources fetch PATH"),
+    (["new-target", "my-new-target", "--upstream", "vllm/v1/utils.py::CpuGpuBuffer.copy_to_gpu",
+      "--legacy-version", "9.9.8", "--optimized-version", "9.9.9", "--module", "not_here_yet"],
+     "[new-target]", "--legacy-source/--optimized-source PATH"),
+])
+def test_a_download_is_labelled_by_the_command_that_downloads(argv, label, instead, monkeypatch, tmp_path, capsys):
+    from fuzz.cli import main
+
+    asked = _pip_fails(monkeypatch)
+    monkeypatch.delenv("SYNCFUZZ_SOURCES", raising=False)
+    cache = ["--cache", str(tmp_path / "cache")]
+    into = ["--into", str(tmp_path / "packs")] if argv[0] == "sources" else []
+    assert main([*argv, *cache, *into]) == 2
+    err = capsys.readouterr().err
+    assert f"{label} downloading vllm==9.9." in err and "[provenance]" not in err
+    assert err.strip().splitlines()[-1].startswith("fuzz: error: could not download vllm==9.9.")
+    assert instead in err and asked and all("pip" in command for command in asked)
