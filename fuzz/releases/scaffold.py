@@ -577,7 +577,8 @@ def cmd_new_target(args: argparse.Namespace) -> int:
              for side in SIDES if getattr(args, f"{side}_source", None)}
     # Cheap refusals first: nothing is read or downloaded for a scaffold that cannot be written.
     check_request(args.name, args.upstream, args.module, args.also, root, known)
-    sources = {version: given.get(version) or default_source(version, cache, command="new-target") for version in dict.fromkeys(pair)}
+    sources = {version: given.get(version) or default_source(version, cache, command="new-target")
+               for version in dict.fromkeys(pair)}
     result = plan(args.name, args.upstream, pair, sources, args.module, args.also, root, known)
     for path in write(result, root):
         print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path}")
