@@ -137,12 +137,9 @@ def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) ->
         entries = _fuzz(buildable, items, _for_workers(config), corpus, seconds, state) if items else []
     except Interrupted as stop:
         raise Interrupted(in_order(stop.entries), stop.signal_name) from None
+    # Each finished item was printed as it finished (fuzz.report.item_line), and the summary table shows each
+    # target's totals: nothing is printed again here.
     state.entries = in_order(entries)
-    if not state.quiet:
-        from fuzz.orchestrate import announce_entry
-
-        for entry in entries:  # per target, all its items together
-            announce_entry(entry)
     until = None if config.budget is None else started + config.budget
     return _finish(state, until)
 

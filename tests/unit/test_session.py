@@ -94,3 +94,16 @@ def test_repro_paths_are_relative_where_the_corpus_was_given_relative(tmp_path, 
 def test_repro_paths_are_absolute_where_the_corpus_was_given_absolute(tmp_path, monkeypatch):
     _, repro = _outputs_of_a_planted_failure(tmp_path, str(tmp_path / "corpus"), monkeypatch)
     assert Path(repro).is_absolute() and Path(repro).is_file()
+
+
+def test_each_finished_item_is_printed_once(tmp_path, capsys):
+    """The terminal: one line per finished item as it finishes, then the table; no second line per target."""
+    targets = ("fla-chunk-offsets", "glm4v-embeddings")
+    config = RunConfig(targets=targets, devices=("cpu",), seed=1, max_examples=5, corpus=str(tmp_path / "corpus"),
+                       isolated=False, confirm=0)
+    said: list[str] = []
+    assert run(config, quiet=False, say=said.append).exit_code == EXIT_OK
+    printed = capsys.readouterr().err.splitlines() + "\n".join(said).splitlines()
+    for name in targets:
+        lines = [line for line in printed if line.startswith(f"[fuzz] {name}")]
+        assert len(lines) == 1 and "5 examples (cpu 5)" in lines[0], lines
