@@ -17,7 +17,7 @@ from fuzz.charts import report_charts, svg_for_html
 from fuzz.machine import machine_lines, report_machines
 from fuzz.model import Failure, Report, TargetEntry
 from fuzz.reachdata import change_line, merged_changes, untaken_text
-from fuzz.report import SUMMARY_HEADER, closing_line, failure_lines, report_notes, summary_rows
+from fuzz.report import NUMERIC_COLUMNS, SUMMARY_HEADER, closing_line, failure_lines, report_notes, summary_rows
 from fuzz.verdicts import CANNOT_BUILD, CRASH_VERDICTS, RETIRED, SAME_CODE, SKIPPED, UNREACHED, UNTESTED
 
 # The page's first lines: what an existing file must start with for --html to replace it (fuzz/preflight.py).
@@ -127,7 +127,7 @@ def _summary(report: Report) -> str:
     for row in table[1:]:
         cells = []
         for i, cell in enumerate(row):
-            cls = "num" if i in (2, 3, 4) else ""
+            cls = "num" if i in NUMERIC_COLUMNS else ""
             if i == verdict_at:
                 cls = verdict_class(cell)
             cells.append(f'<td class="{cls}">{_e(cell)}</td>' if cls else f"<td>{_e(cell)}</td>")

@@ -15,7 +15,7 @@ def _ran(name: str, **fields) -> TargetEntry:
 
 def _verdict_cells(page: str) -> dict[str, str]:
     """{target: the class of its verdict cell} from the summary table."""
-    rows = re.findall(r'<tr><td>([\w-]+)</td><td>cpu</td>(?:<td class="num">\d+</td>){3}<td class="([\w-]+)">', page)
+    rows = re.findall(r'<tr><td>([\w-]+)</td><td>cpu</td>(?:<td class="num">\d+</td>){4}<td class="([\w-]+)">', page)
     return dict(rows)
 
 

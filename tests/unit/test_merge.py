@@ -250,3 +250,17 @@ def test_a_merge_of_every_shard_of_a_run_equals_that_run(tmp_path, capsys):
     assert "whole run" in refused(tmp_path, capsys, str(whole), str(first))
     assert "the same report given twice" in refused(tmp_path, capsys, str(merged), str(first))
     assert "two invocations" in refused(tmp_path, capsys, str(first), str(tmp_path / "s1-again.json"))
+
+
+def test_shrink_steps_add_up_and_an_older_report_has_none():
+    """DeviceTally.shrink_steps (issue #45): summed like the examples; absent in a report from before: 0."""
+    from fuzz.model import ReportError
+
+    merged = DeviceTally(examples=10, verdicts={"agree": 10}, shrink_steps=2) + DeviceTally(
+        examples=5, verdicts={"agree": 4, "divergence": 1}, shrink_steps=30)
+    assert (merged.examples, merged.shrink_steps) == (15, 32)
+    data = merged.to_json()
+    assert DeviceTally.from_json(data, "t").shrink_steps == 32
+    assert DeviceTally.from_json({k: v for k, v in data.items() if k != "shrink_steps"}, "t").shrink_steps == 0
+    with pytest.raises(ReportError, match="shrink_steps -1 is negative"):
+        DeviceTally.from_json({**data, "shrink_steps": -1}, "t")

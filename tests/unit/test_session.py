@@ -107,3 +107,24 @@ def test_each_finished_item_is_printed_once(tmp_path, capsys):
     for name in targets:
         lines = [line for line in printed if line.startswith(f"[fuzz] {name}")]
         assert len(lines) == 1 and "5 examples (cpu 5)" in lines[0], lines
+
+
+def test_examples_and_shrink_steps_are_counted_apart(tmp_path, monkeypatch):
+    """--max-examples 100 is 100 examples: the runs that shrink the failure come on top, counted apart (in
+    the table, the JSON and the charts), never in the examples nor their verdicts."""
+    from fuzz.model import Report
+
+    monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.planted")
+    config = RunConfig(targets=("planted-glm4-swapped-hw",), target_modules=("tests.planted",), devices=("cpu",),
+                       seed=0, max_examples=100, corpus=str(tmp_path / "corpus"), isolated=False, confirm=0)
+    result = run(config, outputs={"report": tmp_path / "r.json"})
+    (entry,) = result.report.targets
+    tally = entry.by_device["cpu"]
+    assert result.exit_code == EXIT_FAILURE and entry.failures
+    assert entry.shrink_steps > 0 and tally.shrink_steps == entry.shrink_steps
+    assert entry.examples >= 100 and sum(tally.verdicts.values()) == entry.examples
+    data = json.loads((tmp_path / "r.json").read_text())["targets"][0]
+    assert (data["examples"], data["shrink_steps"]) == (entry.examples, entry.shrink_steps)
+    assert data["by_device"]["cpu"]["shrink_steps"] == entry.shrink_steps
+    assert Report.from_json(json.loads((tmp_path / "r.json").read_text()), "r.json").targets[0].shrink_steps \
+        == entry.shrink_steps
