@@ -36,6 +36,7 @@ from fuzz.releases.common import (
     SIDES,
     default_cache,
     side_version,
+    version_key,
 )
 from fuzz.releases.drift import drift_report, format_drift
 from fuzz.releases.packs import default_source
@@ -112,8 +113,11 @@ def _given_sources(args: argparse.Namespace, pairs_in_play: Sequence[tuple[str, 
         if not sep or not version.strip() or not path.strip():
             raise UsageError(f"--source {spec!r} must look like VERSION=PATH, e.g. --source 0.30.0=vllm-0.30.0.whl")
         if version.strip() not in needed:
+            releases = ", ".join(sorted(needed, key=version_key))
+            against = " (a source to drift against goes to --against PATH itself)" if getattr(args, "against", None) \
+                else ""
             raise UsageError(f"--source {spec!r}: none of the copies checked was taken from vllm {version.strip()} "
-                             f"(they come from {', '.join(needed)}); give one of those versions, or drop the flag")
+                             f"(they come from {releases}); give one of those versions, or drop the flag{against}")
         given[version.strip()] = open_source(path.strip(), f"--source {version.strip()}"), "--source"
     return given
 
