@@ -95,6 +95,7 @@ class ExamplesRow:
     examples: int
     agree: int
     label: str  # the verdict as the summary table says it (TargetEntry.label_on)
+    shrink_steps: int = 0  # runs to shrink a failure: said beside the bar, not drawn in it
 
 
 @dataclass(frozen=True)
@@ -150,14 +151,16 @@ def consumer_sync_chart_data(report: Report) -> list[SyncRow]:
 
 
 def examples_chart_data(report: Report) -> list[ExamplesRow]:
-    """Examples (and how many agreed) per target × device, every device; skipped targets left out."""
+    """Examples (and how many agreed) per target × device, every device, with the shrink steps apart;
+    skipped targets left out."""
     out = []
     for entry, device in rows(report.targets):
         if device is None:
             continue
         tally = entry.by_device.get(device)
         out.append(ExamplesRow(entry.name, device, tally.examples if tally else 0,
-                               tally.verdicts.get("agree", 0) if tally else 0, entry.label_on(device)))
+                               tally.verdicts.get("agree", 0) if tally else 0, entry.label_on(device),
+                               tally.shrink_steps if tally else 0))
     return out
 
 
@@ -245,7 +248,9 @@ def draw_syncs(data: Sequence[SyncRow], fmt: str, title: str = "GPU<->CPU syncs 
 
 
 def draw_examples(data: Sequence[ExamplesRow], fmt: str) -> bytes:
-    """Examples per target × device, horizontal bars: the part that agreed, then the rest."""
+    """Examples per target × device, horizontal bars: the part that agreed, then the rest. A failure's
+    shrink steps are no examples: said beside the bar, never drawn (thousands of them would squash the
+    other bars)."""
     plt = pyplot()
     devices = {row.device for row in data}
     figure, axes = plt.subplots(figsize=(9, _height(len(data))))
@@ -255,7 +260,8 @@ def draw_examples(data: Sequence[ExamplesRow], fmt: str) -> bytes:
     axes.barh(ys, agree, color=AGREE_COLOR, height=0.6, label="agree")
     axes.barh(ys, rest, left=agree, color=OTHER_COLOR, height=0.6, label="other verdicts / both raised")
     for y, row in zip(ys, data):
-        axes.text(row.examples, y, f" {row.examples}", va="center", fontsize=7)
+        shrunk = f" (+{row.shrink_steps:,} shrink steps)" if row.shrink_steps else ""
+        axes.text(row.examples, y, f" {row.examples:,}{shrunk}", va="center", fontsize=7)
     axes.set_yticks(ys)
     axes.set_yticklabels([row_label(r.target, r.device, devices) for r in data], fontsize=8)
     axes.set_xlabel("examples")

@@ -338,16 +338,15 @@ def _check_run_collisions(args: argparse.Namespace, outputs: dict[str, Path]) ->
 
 
 def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) -> RunConfig:
-    """The run as the command line asked for it (profile applied). The corpus is made
-    absolute: xdist workers run in their journal folder, and a relative corpus would
-    put their repro files there."""
+    """The run as the command line asked for it (profile applied). The corpus stays as given: the session
+    hands the workers its absolute path, and the outputs show repro paths the way the user named it."""
     from fuzz.targets import plugin_modules
 
     return RunConfig(
         targets=tuple(args.target), target_modules=tuple(plugin_modules()), devices=devices,
         coverage=bool(args.coverage), require_changes_covered=args.require_changes_covered,
         contract=args.contract, seed=seed, max_examples=args.max_examples, budget=args.budget,
-        corpus=str(Path(args.corpus).resolve()), stress=args.stress, upstream=args.upstream, confirm=args.confirm,
+        corpus=args.corpus, stress=args.stress, upstream=args.upstream, confirm=args.confirm,
         isolated=not args.in_process, example_timeout=args.example_timeout, max_restarts=args.max_restarts,
         workers=args.workers, pieces=args.pieces, shard=args.shard, profile=args.profile,
         legacy=args.legacy, optimized=args.optimized, sources=tuple(args.sources), sync_budget=args.sync_budget,

@@ -107,11 +107,11 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
     versions = report.versions
     lines += [f"torch {versions.get('torch')} · {versions.get('gpu') or 'no GPU'} · legacy {versions.get('legacy')} · "
               f"optimized {versions.get('optimized')}", ""]
-    lines += ["| target | device | examples | verdict | syncs legacy→optimized | consumer syncs "
-              "| reached legacy/optimized | new failures | known |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| target | device | examples | shrink steps | verdict | syncs legacy→optimized | consumer syncs "
+              "| reached legacy/optimized | new failures | known |", "|---|---|---|---|---|---|---|---|---|---|"]
     for entry, device in rows(report.targets):
         if device is None:
-            lines.append(f"| {entry.name} | - | 0 | skipped: {entry.skipped} | - | - | - | - | - |")
+            lines.append(f"| {entry.name} | - | 0 | 0 | skipped: {entry.skipped} | - | - | - | - | - |")
             continue
         failures = [f for f in entry.failures if f.device == device]
         new = [f for f in failures if not f.known]
@@ -123,7 +123,8 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
         elif entry.verdict_on(device) == RETIRED and entry.retired:
             verdict = f"{verdict}: {retired_reason(entry.retired)}"
         tally = entry.by_device.get(device)
-        lines.append(f"| {entry.name} | {device} | {tally.examples if tally else 0} | {verdict} | "
+        lines.append(f"| {entry.name} | {device} | {tally.examples if tally else 0} | "
+                     f"{tally.shrink_steps if tally else 0} | {verdict} | "
                      f"{sync_column(entry, device).replace('->', '→')} | "
                      f"{consumer_column(entry, device).replace('->', '→')} | {reach_column(entry, device)} | "
                      f"{len(new)} | {len(failures) - len(new)} |")

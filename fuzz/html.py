@@ -17,8 +17,9 @@ from fuzz.charts import report_charts, svg_for_html
 from fuzz.machine import machine_lines, report_machines
 from fuzz.model import Failure, Report, TargetEntry
 from fuzz.reachdata import change_line, merged_changes, untaken_text
-from fuzz.report import SUMMARY_HEADER, closing_line, failure_lines, partial_lines, report_notes, summary_rows
-from fuzz.verdicts import CRASH_VERDICTS
+from fuzz.report import (NUMERIC_COLUMNS, SUMMARY_HEADER, closing_line, failure_lines, partial_lines,
+                         report_notes, summary_rows)
+from fuzz.verdicts import CANNOT_BUILD, CRASH_VERDICTS, RETIRED, SAME_CODE, SKIPPED, UNREACHED, UNTESTED
 
 # The page's first lines: what an existing file must start with for --html to replace it (fuzz/preflight.py).
 HTML_MARK = '<meta name="generator" content="syncfuzz html report">'
@@ -35,6 +36,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .result{font-weight:600;padding:.5em .8em;border-radius:4px;background:#f0fff4;border:1px solid #9ae6b4}
 .result.bad{background:#fff5f5;border-color:#feb2b2}.result.incomplete{background:#fffff0;border-color:#faf089}
 .new{color:#c53030;font-weight:600}.known{color:#718096}.agree{color:#276749}
+.verdict-incomplete{color:#975a16;font-weight:600}.verdict-no-evidence{color:#4a5568;font-style:italic}
 pre,code{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;background:#f7fafc}
 pre{padding:.6em;overflow-x:auto;border:1px solid #e2e8f0;white-space:pre-wrap;word-break:break-all}
 .failure{border-left:4px solid #c53030;padding-left:.8em;margin:1em 0}.failure.is-known{border-color:#a0aec0}
@@ -96,6 +98,28 @@ def _result_class(report: Report) -> str:
     return "" if code == 0 else ("incomplete" if code == 3 else "bad")
 
 
+# The target states that are no failure (docs/verdicts.md): those that make a run incomplete (exit 3), and
+# those that are no evidence either way (exit 0). Neither is styled as a failure is.
+INCOMPLETE_STATES = frozenset(state.value for state in (UNTESTED, UNREACHED, CANNOT_BUILD))
+NO_EVIDENCE_STATES = frozenset(state.value for state in (SAME_CODE, SKIPPED, RETIRED))
+
+
+def verdict_class(label: str) -> str:
+    """The CSS class of a verdict cell (fuzz.model.TargetEntry.label_on): agree green, a new failure red, a
+    known one grey, an incomplete state amber, a state that is no evidence muted ("retired in 0.34.0" is
+    retired)."""
+    if label == "agree":
+        return "agree"
+    if label.endswith("(known)"):
+        return "known"
+    state = label.split(" ", 1)[0]
+    if state in INCOMPLETE_STATES:
+        return "verdict-incomplete"
+    if state in NO_EVIDENCE_STATES:
+        return "verdict-no-evidence"
+    return "new"
+
+
 def _summary(report: Report) -> str:
     table = summary_rows(report.targets)
     out = ['<table class="sortable" id="summary"><thead><tr>'
@@ -104,11 +128,9 @@ def _summary(report: Report) -> str:
     for row in table[1:]:
         cells = []
         for i, cell in enumerate(row):
-            cls = "num" if i in (2, 3, 4) else ""
+            cls = "num" if i in NUMERIC_COLUMNS else ""
             if i == verdict_at:
-                quiet = cell in ("skipped", "untested") or cell.startswith("retired")
-                cls = "agree" if cell == "agree" else ("known" if cell.endswith("(known)") else
-                                                      "" if quiet else "new")
+                cls = verdict_class(cell)
             cells.append(f'<td class="{cls}">{_e(cell)}</td>' if cls else f"<td>{_e(cell)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")

@@ -242,7 +242,7 @@ def fuzz_isolated(target: Target, config: RunConfig, deadline: float | None, iso
     total: TargetEntry | None = None
     starts = own_crashes = victims = early_deaths = 0
     while True:
-        done = total.examples if total else 0
+        done = total.examples if total else 0  # the examples: shrink steps come on top (fuzz/runner.py)
         if config.max_examples is not None and total and done >= config.max_examples:
             break
         if deadline is not None and total and time.monotonic() >= deadline:

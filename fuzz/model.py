@@ -226,6 +226,10 @@ class DeviceTally:
     # CUDA, per example where both sides returned: did optimized make fewer, the same or more syncs than legacy
     # on that input ({"fewer": n, "same": n, "more": n}; {} where none was counted, or in a report from before).
     sync_pairs: Mapping[str, int] = field(default_factory=dict)
+    # Runs Hypothesis made to shrink a failure (and its final replay of the smallest one): not examples, so
+    # not in ``examples`` nor in any count above (0 in a report from before they were counted apart, whose
+    # ``examples`` included them).
+    shrink_steps: int = 0
 
     def __add__(self, other: DeviceTally) -> DeviceTally:
         verdicts = dict(self.verdicts)
@@ -236,14 +240,15 @@ class DeviceTally:
         return DeviceTally(self.examples + other.examples, verdicts, self.both_raised + other.both_raised,
                            _add_histograms(self.syncs_per_call, other.syncs_per_call),
                            _add_histograms(self.hidden_syncs_per_call, other.hidden_syncs_per_call),
-                           _add_histograms(self.consumer_syncs_per_call, other.consumer_syncs_per_call), pairs)
+                           _add_histograms(self.consumer_syncs_per_call, other.consumer_syncs_per_call), pairs,
+                           self.shrink_steps + other.shrink_steps)
 
     def to_json(self) -> dict[str, Any]:
         return {"examples": self.examples, "verdicts": dict(self.verdicts), "both_raised": self.both_raised,
                 "syncs_per_call": {s: dict(h) for s, h in self.syncs_per_call.items()},
                 "hidden_syncs_per_call": {s: dict(h) for s, h in self.hidden_syncs_per_call.items()},
                 "consumer_syncs_per_call": {s: dict(h) for s, h in self.consumer_syncs_per_call.items()},
-                "sync_pairs": dict(self.sync_pairs)}
+                "sync_pairs": dict(self.sync_pairs), "shrink_steps": self.shrink_steps}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> DeviceTally:
@@ -252,7 +257,11 @@ class DeviceTally:
             raise ReportError(f"{where}: verdict counts must be numbers")
         examples, both_raised = _field(data, "examples", int, where), _field(data, "both_raised", int, where)
         _check_counts(examples, verdicts, both_raised, where)
-        return cls(examples=examples, verdicts=dict(verdicts), both_raised=both_raised,
+        shrink_steps = _field(data, "shrink_steps", int, where, optional=True) or 0
+        if shrink_steps < 0:
+            raise ReportError(f"{where}: shrink_steps {shrink_steps} is negative; the report is damaged or edited: "
+                              "re-run that shard")
+        return cls(examples=examples, verdicts=dict(verdicts), both_raised=both_raised, shrink_steps=shrink_steps,
                    syncs_per_call=_histograms(data, "syncs_per_call", where),
                    hidden_syncs_per_call=_histograms(data, "hidden_syncs_per_call", where),
                    consumer_syncs_per_call=_histograms(data, "consumer_syncs_per_call", where),
@@ -297,6 +306,11 @@ class TargetEntry:
     @property
     def examples(self) -> int:
         return sum(t.examples for t in self.by_device.values())
+
+    @property
+    def shrink_steps(self) -> int:
+        """Hypothesis' runs to shrink the failures found, apart from the examples (DeviceTally.shrink_steps)."""
+        return sum(t.shrink_steps for t in self.by_device.values())
 
     def _state(self) -> TargetVerdict | None:
         """The verdict that overrides every device's: skipped, a fuzzer bug, a retired target, or a side
@@ -396,6 +410,7 @@ class TargetEntry:
         return {
             "name": self.name, "upstream": list(self.upstream), "devices": list(self.devices),
             "expected_optimized_syncs": self.expected_optimized_syncs, "examples": self.examples,
+            "shrink_steps": self.shrink_steps,
             "first_failure_at": self.first_failure_at, "seconds": round(self.seconds, 3),
             "verdict": self.verdict,
             "verdict_by_device": {d: self.verdict_on(d) for d in self.devices},

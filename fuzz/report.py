@@ -49,8 +49,10 @@ def rows(entries: Iterable[TargetEntry]) -> list[tuple[TargetEntry, str | None]]
     return out
 
 
-SUMMARY_HEADER = ("target", "device", "examples", "agree", "both-raised", "verdict", "syncs legacy->optimized",
-                  "consumer syncs", "reached legacy/optimized")
+# "shrink steps": Hypothesis' runs to shrink a failure, counted apart from the examples (DeviceTally.shrink_steps).
+SUMMARY_HEADER = ("target", "device", "examples", "shrink steps", "agree", "both-raised", "verdict",
+                  "syncs legacy->optimized", "consumer syncs", "reached legacy/optimized")
+NUMERIC_COLUMNS = (2, 3, 4, 5)  # examples, shrink steps, agree, both-raised
 
 
 def reach_column(entry: TargetEntry, device: str) -> str:
@@ -76,12 +78,13 @@ def summary_rows(entries: Iterable[TargetEntry]) -> list[tuple[str, ...]]:
     table: list[tuple[str, ...]] = [SUMMARY_HEADER]
     for entry, device in rows(entries):
         if device is None:
-            table.append((entry.name, "-", "0", "-", "-", SKIPPED, entry.skipped or "", "", ""))
+            table.append((entry.name, "-", "0", "0", "-", "-", SKIPPED, entry.skipped or "", "", ""))
             continue
         tally = entry.by_device.get(device)
         examples = tally.examples if tally else 0
         agree = tally.verdicts.get("agree", 0) if tally else 0
-        table.append((entry.name, device, str(examples), str(agree), str(tally.both_raised if tally else 0),
+        table.append((entry.name, device, str(examples), str(tally.shrink_steps if tally else 0), str(agree),
+                      str(tally.both_raised if tally else 0),
                       entry.label_on(device), sync_column(entry, device), consumer_column(entry, device),
                       reach_column(entry, device)))
     return table

@@ -16,6 +16,7 @@ This module fuzzes one target in this process and freezes what it saw into a
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -43,6 +44,14 @@ from fuzz.syncrule import descent_parts, sync_rule
 from fuzz.targets import Target
 from fuzz.upstream import with_upstream
 from fuzz.verdicts import Mismatch, Verdict, worst
+
+try:  # The engine call that runs each test case; its runner knows the phase (not public API, see below).
+    from hypothesis.internal.conjecture.engine import ConjectureRunner
+
+    _ENGINE_CALL = ConjectureRunner.test_function.__code__
+except (ImportError, AttributeError):  # another Hypothesis: is_shrink_step falls back
+    _ENGINE_CALL = None
+SHRINK_PHASES = ("shrink", "explain")  # explain runs nested in shrink, on the shrunk failure
 
 BUDGET_CHUNK = 100  # examples per Hypothesis call under --budget
 SPECS_PER_CASE = 8
@@ -101,6 +110,30 @@ def failure_type(result: ExampleResult) -> type[VerdictFound]:
     return cls
 
 
+def _engine_phase() -> str | None:
+    """The phase of the Hypothesis engine running the current test case ("reuse", "generate", "target",
+    "shrink", "explain"), None outside the engine or where it cannot be read."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _ENGINE_CALL:
+            phase = getattr(frame.f_locals.get("self"), "_current_phase", None)
+            return phase if isinstance(phase, str) else None
+        frame = frame.f_back
+    return None
+
+
+def is_shrink_step(failed_here: bool) -> bool:
+    """Whether the test case now starting is Hypothesis shrinking a failure, not drawing an example. Only once
+    a failure was found in this Hypothesis call (``failed_here``): then a case of the engine's shrink (or
+    explain) phase is one, and so is a case outside the engine (its final replay of the smallest failing
+    input); one of the generate phase (Hypothesis searches on a little for other failures) is an example.
+    Where the phase cannot be read (another Hypothesis), every case after the failure counts as a shrink step."""
+    if not failed_here:
+        return False
+    phase = _engine_phase()
+    return phase is None or phase in SHRINK_PHASES
+
+
 def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
@@ -122,6 +155,7 @@ class TallyCounter:
     optimized_consumer: Counter = field(default_factory=Counter)
     # CUDA, both sides returned: optimized made fewer / the same / more syncs than legacy on the input.
     sync_pairs: Counter = field(default_factory=Counter)
+    shrink_steps: int = 0  # runs to shrink a failure: counted apart, in nothing above (DeviceTally.shrink_steps)
 
     def add(self, result: ExampleResult) -> None:
         self.examples += 1
@@ -155,7 +189,8 @@ class TallyCounter:
                                    "optimized": histogram(self.optimized_hidden)},
             consumer_syncs_per_call={"legacy": histogram(self.legacy_consumer),
                                      "optimized": histogram(self.optimized_consumer)},
-            sync_pairs={pair: self.sync_pairs[pair] for pair in ("fewer", "same", "more")} if self.sync_pairs else {})
+            sync_pairs={pair: self.sync_pairs[pair] for pair in ("fewer", "same", "more")} if self.sync_pairs else {},
+            shrink_steps=self.shrink_steps)
 
 
 def failure_of(result: ExampleResult, repro: Path | str | None = None) -> Failure:
@@ -376,6 +411,8 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
     per_case = MEAN_SPECS_PER_CASE * len(outcome.devices)
     last_failure: list[ExampleResult] = []
     cases = [0]  # Hypothesis test cases run in the current chunk
+    failed_here = [False]  # a new failure was raised in the current chunk: what follows may be shrinking it
+    shrinking = [False]  # the current test case shrinks it (is_shrink_step): counted apart from the examples
     # Failures already found and shrunk in this run: counted, not raised, so
     # the next chunk keeps searching for *other* bugs instead of re-finding them.
     known: set[str] = set()
@@ -383,6 +420,7 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
 
     def check_all(specs: list[dict]) -> None:
         cases[0] += 1
+        shrinking[0] = is_shrink_step(failed_here[0])
         for drawn in specs:
             for spec in on_devices(model, drawn, outcome.devices):
                 check(spec)
@@ -411,7 +449,10 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
                 hooks.on_context_lost(spec, lost)  # ends the process
             outcome.failures.append(crash_result(spec, f"CUDA context lost: {lost}"))
             raise _StopTarget from lost
-        outcome.tallies[result.device].add(result)
+        if shrinking[0]:
+            outcome.tallies[result.device].shrink_steps += 1
+        else:
+            outcome.tallies[result.device].add(result)
         if hooks.progress and time.monotonic() - last_shown[0] > PROGRESS_EVERY:
             last_shown[0] = time.monotonic()
             hooks.progress(outcome)
@@ -419,6 +460,7 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
             if outcome.first_failure_at is None:
                 outcome.first_failure_at = outcome.examples
             last_failure[:] = [result]
+            failed_here[0] = True
             raise failure_type(result)(result)
 
     corpus = Path(config.corpus) if config.corpus else None
@@ -429,6 +471,7 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
         else:
             size = -(-BUDGET_CHUNK // per_case)
         cases[0] = 0
+        failed_here[0] = False
         test = given(strategy)(check_all)
         test = hypothesis_seed(_chunk_seed(config.seed, target, chunk) if chunk else config.seed)(test)
         # Only a run's first chunk replays the corpus; continuations and
@@ -451,6 +494,7 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
         chunk += 1
         if outcome.harness_error or stop:
             break
+        # --max-examples counts examples: the shrink steps a failure costs come on top, never out of them.
         if config.budget is None and outcome.examples >= (config.max_examples or 1):
             break
         if not new and cases[0] < size:

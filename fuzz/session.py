@@ -12,6 +12,7 @@ notes go to stderr unless ``quiet``.
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -24,7 +25,7 @@ from fuzz import journals
 from fuzz.config import RunConfig
 from fuzz.errors import UsageError
 from fuzz.limits import check_budget, check_workers, fuzz_seconds
-from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Interrupted, Report, TargetEntry
+from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Failure, Interrupted, Report, TargetEntry
 from fuzz.preflight import check_corpus, check_output, check_overwrite
 from fuzz.reach_monitor import reach_core
 from fuzz.report import closing_line
@@ -113,7 +114,7 @@ def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) ->
                          f"use {MIN_EXAMPLE_TIMEOUT:g} or more")
     check_workers(config.workers)
     shard = parse_shard(config.shard)
-    state.config = config
+    state.config = config  # as given: the report shows the corpus (and its repro paths) the way the user named it
     state.known = load_known_issues(Path(known_issues), [t.name for t in lookup([], config.target_modules)]) \
         if known_issues else []
     unbuilt = _unbuildable(targets, config, quiet=state.quiet)
@@ -131,7 +132,7 @@ def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) ->
                          "--pieces or examples")
     check_budget(config.budget, len(items), config.workers, config.confirm, isolated=config.isolated)
     # No corpus (None): nothing is kept, but the workers still need a folder for their journals.
-    corpus = check_corpus(config.corpus) if config.corpus is not None else Path(
+    corpus = check_corpus(config.corpus).resolve() if config.corpus is not None else Path(
         tempfile.mkdtemp(prefix="syncfuzz-run-"))
     state.entries = list(unbuilt)
     if "cuda" not in config.devices:
@@ -147,17 +148,36 @@ def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) ->
 
     enter("fuzzing")
     try:
-        entries = _fuzz(buildable, items, config, corpus, seconds, state) if items else []
+        entries = _fuzz(buildable, items, _for_workers(config), corpus, seconds, state) if items else []
     except Interrupted as stop:
         raise Interrupted(in_order(stop.entries), stop.signal_name) from None
+    # Each finished item was printed as it finished (fuzz.report.item_line), and the summary table shows each
+    # target's totals: nothing is printed again here.
     state.entries = in_order(entries)
-    if not state.quiet:
-        from fuzz.orchestrate import announce_entry
-
-        for entry in entries:  # per target, all its items together
-            announce_entry(entry)
     until = None if config.budget is None else started + config.budget
     return _finish(state, until)
+
+
+def _for_workers(config: RunConfig) -> RunConfig:
+    """The config the workers get: the corpus absolute, since they run in their journal folder and a relative
+    corpus would put their repro files there."""
+    return config if config.corpus is None else replace(config, corpus=str(Path(config.corpus).resolve()))
+
+
+def shown_paths(entries: Sequence[TargetEntry], corpus: str | None) -> list[TargetEntry]:
+    """The entries with their repro paths as the corpus was given: relative to the current folder when it was
+    relative (a CI artifact's paths must not point into the runner's file system), absolute when it was
+    absolute. The workers save under the absolute corpus, and the confirmation replays read from there."""
+    if corpus is None or Path(corpus).is_absolute():
+        return list(entries)
+    here = Path.cwd()
+
+    def shown(failure: Failure) -> Failure:
+        if not failure.repro or not Path(failure.repro).is_absolute():
+            return failure
+        return replace(failure, repro=os.path.relpath(failure.repro, here))
+
+    return [entry.with_failures(shown(f) for f in entry.failures) for entry in entries]
 
 
 def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEntry]:
@@ -284,7 +304,8 @@ def _finish_interrupted(stop: Interrupted, state: RunState, asked: RunConfig) ->
         if config is not None and config.confirm:
             entries = label_unconfirmed(entries, f"the run was interrupted ({stop.signal_name}) before its replays")
         if config is not None:
-            entries = mark_known(entries, state.known, config.contract, optimized_version(config))
+            entries = shown_paths(mark_known(entries, state.known, config.contract, optimized_version(config)),
+                                  config.corpus)
         planned = state.planned if state.planned is not None else _planned_as_asked(asked)
         run = run_info(config, entries, state.machine, state.started, planned) if config is not None else \
             {"devices": list(asked.devices), "planned": planned}
@@ -334,7 +355,8 @@ def _finish(state: RunState, confirm_until: float | None = None) -> RunResult:
     assert config is not None
     enter("confirmation")
     state.entries = confirm(state.entries, config.confirm, confirm_until)
-    entries = mark_known(state.entries, state.known, config.contract, optimized_version(config))
+    entries = shown_paths(mark_known(state.entries, state.known, config.contract, optimized_version(config)),
+                          config.corpus)
     report = Report(tuple(entries), run=run_info(config, entries, state.machine, state.started, state.planned),
                     versions=versions_of(config))
     _print_summary(report, state.say)

@@ -453,11 +453,30 @@ def optimized_syncs_chart(trend: Trend) -> ChartData:
 
 
 CHARTS = {"examples-per-second": examples_per_second_chart, "optimized-syncs": optimized_syncs_chart}
+# Why a chart has nothing to draw, said in its place: an empty chart would look like a chart of zeros.
+NO_DATA = {"examples-per-second": "no night recorded a target's examples and seconds",
+           "optimized-syncs": "no night counted an optimized call's syncs (they are counted on CUDA devices "
+                              "only; these nights ran without one)"}
+
+
+def no_chart_reason(key: str, data: ChartData) -> str | None:
+    """Why the chart ``key`` of ``data`` is not drawn, or None when it has a value to draw."""
+    if any(value is not None for values in data.series.values() for value in values):
+        return None
+    return NO_DATA[key]
 
 
 def draw_chart(data: ChartData, fmt: str) -> bytes:
     """A line chart of ``data`` (one line per target) as SVG or PNG bytes, through matplotlib only."""
-    from fuzz.charts import figure_bytes, pyplot
+    from fuzz.charts import figure_bytes
+
+    return figure_bytes(plot_chart(data), fmt)
+
+
+def plot_chart(data: ChartData) -> Any:
+    """The matplotlib figure of ``data``: one line per target, its y axis from zero (a rate or a count
+    whose axis started elsewhere would make a small change look large)."""
+    from fuzz.charts import pyplot
 
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(9, 4.8))
@@ -473,9 +492,10 @@ def draw_chart(data: ChartData, fmt: str) -> bytes:
     axes.set_title(data.title)
     axes.set_ylabel(data.ylabel)
     axes.grid(True, alpha=0.3)
+    axes.set_ylim(bottom=0)
     if data.series:
         axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
-    return figure_bytes(figure, fmt)
+    return figure
 
 
 # --------------------------------------------------------------------------- rendering
@@ -515,8 +535,10 @@ def _md_table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown(trend: Trend, changes: list[str], images: Mapping[str, str] | None = None) -> str:
-    """The trend in Markdown; ``images`` {chart title: file name beside it} are linked when given."""
+def markdown(trend: Trend, changes: list[str], images: Mapping[str, str] | None = None,
+             no_charts: Mapping[str, str] | None = None) -> str:
+    """The trend in Markdown; ``images`` {chart title: file name beside it} are linked when given, and each
+    chart of ``no_charts`` {title: why} is said not drawn, and why."""
     parts = [f"## syncfuzz trend: {len(trend.nights)} nights", "", f"Nights {_order_note(trend)}.", "",
              "### What changed", "", *(f"- {_md_cell(line)}" for line in changes), "", "### Nights", "",
              _md_table(night_rows(trend))]
@@ -526,6 +548,8 @@ def markdown(trend: Trend, changes: list[str], images: Mapping[str, str] | None 
         parts += ["", "### Failures", "", _md_table(failure_rows(trend))]
     for title, file in (images or {}).items():
         parts += ["", f"![{_md_cell(title)}]({file})"]
+    for title, why in (no_charts or {}).items():
+        parts += ["", f"*{_md_cell(title)}: no chart, {_md_cell(why)}.*"]
     return "\n".join(parts) + "\n"
 
 
@@ -539,9 +563,11 @@ def _html_table(rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def html_page(trend: Trend, changes: list[str], charts: Mapping[str, str] | None) -> str:
+def html_page(trend: Trend, changes: list[str], charts: Mapping[str, str] | None,
+              no_charts: Mapping[str, str] | None = None) -> str:
     """One self-contained page: inline CSS, inline SVG charts (``charts``: {title: svg}; None: no
-    matplotlib), every text escaped, no script and no external URL."""
+    matplotlib; ``no_charts``: {title: why it is not drawn}), every text escaped, no script and no external
+    URL."""
     parts = [f"<h1>syncfuzz trend: {len(trend.nights)} nights</h1>",
              f"<p>Nights {html.escape(_order_note(trend))}.</p>",
              "<h2>What changed</h2>", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in changes) + "</ul>",
@@ -554,6 +580,8 @@ def html_page(trend: Trend, changes: list[str], charts: Mapping[str, str] | None
         parts.append("<p>No charts: matplotlib is not installed (pip install matplotlib).</p>")
     for title, svg in (charts or {}).items():
         parts += [f"<h2>{html.escape(title)}</h2>", f'<div class="chart">{svg}</div>']
+    for title, why in (no_charts or {}).items():
+        parts += [f"<h2>{html.escape(title)}</h2>", f'<p class="note">No chart: {html.escape(why)}.</p>']
     from fuzz.html import CSS, HEAD
 
     return (HEAD + f"<title>syncfuzz trend</title>\n<style>{CSS}{CSS_EXTRA}</style>\n</head>\n<body>\n"
@@ -688,25 +716,27 @@ def cmd_trend(args: argparse.Namespace) -> int:
     trend = Trend.from_reports(named)
     changes = what_changed(trend, args.threshold)
     print(terminal(trend, changes))
+    # Each chart with a value to draw; the others are said not drawn, and why, in their place.
+    drawn = {key: CHARTS[key](trend) for key in CHARTS}
+    no_charts = {data.title: why for key, data in drawn.items() if (why := no_chart_reason(key, data))}
+    drawn = {key: data for key, data in drawn.items() if data.title not in no_charts}
     if "markdown" in outputs:
-        titles = {}
+        titles, written = {}, []
         for key, path in images.items():
-            data = CHARTS[key](trend)
-            write_bytes(path, draw_chart(data, "png"))
-            titles[data.title] = path.name
+            if key in drawn:
+                write_bytes(path, draw_chart(drawn[key], "png"))
+                titles[drawn[key].title] = path.name
+                written.append(path)
         if not have_matplotlib():
             print("note: no charts beside the Markdown: matplotlib is not installed (pip install matplotlib)",
                   file=sys.stderr)
-        write_text(outputs["markdown"], markdown(trend, changes, titles))
-        print(f"markdown: {outputs['markdown']}" + "".join(f", {p}" for p in images.values()))
+        write_text(outputs["markdown"], markdown(trend, changes, titles, no_charts if images else None))
+        print(f"markdown: {outputs['markdown']}" + "".join(f", {p}" for p in written))
     if "html" in outputs:
         charts = None
         if have_matplotlib():
-            charts = {}
-            for key, make in CHARTS.items():
-                data = make(trend)
-                charts[data.title] = svg_for_html(draw_chart(data, "svg"), f"trend-{key}")
-        write_text(outputs["html"], html_page(trend, changes, charts))
+            charts = {data.title: svg_for_html(draw_chart(data, "svg"), f"trend-{key}") for key, data in drawn.items()}
+        write_text(outputs["html"], html_page(trend, changes, charts, no_charts if charts is not None else None))
         print(f"html: {outputs['html']}")
     if trend.ordered_by == BY_COMMAND_LINE:
         print("note: not every report records its run start time (run.started): the nights are in the order given",

@@ -137,14 +137,15 @@ def release_source(version: str, search: Sequence[str] = (), cache: Path | None 
 
 
 def default_source(version: str, cache: Path, quiet: bool = False, pip_args: Sequence[str] = (),
-                   search: Sequence[str] = ()) -> Source:
+                   search: Sequence[str] = (), command: str = "provenance") -> Source:
     """Where vllm ``version`` is read from when no flag names a source: its source pack (``search``,
     ``$SYNCFUZZ_SOURCES``, the repo's), else its wheel from the cache, downloaded with pip if missing.
 
     Packs hold only the vllm files the catalog needs, so provenance and scaffolding run offline from
-    the checkout, as ``run --legacy vllm==X`` resolves a release."""
+    the checkout, as ``run --legacy vllm==X`` resolves a release. ``command``: the one asking (it labels a
+    download's lines, fuzz.releases.sources.fetch_wheel)."""
     return (release_source(version, search, cache=cache)
-            or WheelSource(fetch_wheel(version, cache, quiet=quiet, pip_args=pip_args)))
+            or WheelSource(fetch_wheel(version, cache, quiet=quiet, pip_args=pip_args, command=command)))
 
 
 def write_pack(source: Source, into: Path, paths: Sequence[str], origin: dict[str, Any]) -> Path:
@@ -273,7 +274,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
     paths = catalog_paths()
     for spec, version in wanted:
         if version is not None:
-            wheel = fetch_wheel(version, cache)
+            wheel = fetch_wheel(version, cache, command="sources")
             source, origin = WheelSource(wheel), wheel_origin(wheel)
         else:
             source = open_source(spec, "sources fetch")

@@ -36,6 +36,7 @@ from fuzz.releases.common import (
     SIDES,
     default_cache,
     side_version,
+    version_key,
 )
 from fuzz.releases.drift import drift_report, format_drift
 from fuzz.releases.packs import default_source
@@ -89,12 +90,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                    help="with --against: also print the legacy side's diffs (they mostly show the PR itself)")
 
 
-def _given_sources(args: argparse.Namespace, pairs_in_play: Sequence[tuple[str, str]]) -> dict[str, tuple[Source, str]]:
+def _given_sources(args: argparse.Namespace, pairs_in_play: Sequence[tuple[str, str]],
+                   needed: Sequence[str]) -> dict[str, tuple[Source, str]]:
     """The sources named by flags and environment, by the vllm version they stand for.
 
     ``--legacy-source``/``--optimized-source`` stand for the default pair's releases, or for the
     one pair in play when that is another; ``$SYNCFUZZ_*_SOURCE`` for the default pair's only;
-    ``--source VERSION=PATH`` for VERSION. Opened (and so checked) before any download.
+    ``--source VERSION=PATH`` for VERSION, which must be one of the ``needed`` releases (the copies
+    checked were taken from them): another would be silently unused. Opened (and so checked) before
+    any download.
     """
     flag_pair = DEFAULT_PAIR if DEFAULT_PAIR in pairs_in_play or len(pairs_in_play) != 1 else pairs_in_play[0]
     given: dict[str, tuple[Source, str]] = {}
@@ -108,6 +112,12 @@ def _given_sources(args: argparse.Namespace, pairs_in_play: Sequence[tuple[str, 
         version, sep, path = spec.partition("=")
         if not sep or not version.strip() or not path.strip():
             raise UsageError(f"--source {spec!r} must look like VERSION=PATH, e.g. --source 0.30.0=vllm-0.30.0.whl")
+        if version.strip() not in needed:
+            releases = ", ".join(sorted(needed, key=version_key))
+            against = " (a source to drift against goes to --against PATH itself)" if getattr(args, "against", None) \
+                else ""
+            raise UsageError(f"--source {spec!r}: none of the copies checked was taken from vllm {version.strip()} "
+                             f"(they come from {releases}); give one of those versions, or drop the flag{against}")
         given[version.strip()] = open_source(path.strip(), f"--source {version.strip()}"), "--source"
     return given
 
@@ -154,7 +164,8 @@ def cmd_provenance(args: argparse.Namespace) -> int:
     groups = group_modules(everyone, modules)  # {(side, pair): modules}; a module in two pairs is an error
     pairs_in_play = list(dict.fromkeys(pair for _, pair in groups))
     # Every usage error is raised before the first (slow) download.
-    given = _given_sources(args, pairs_in_play)
+    needed = list(dict.fromkeys(side_version(pair, side) for side, pair in groups))
+    given = _given_sources(args, pairs_in_play, needed)
     against_version = _against_version(against_spec) if against_spec else None
     against = open_source(against_spec, "--against") if against_spec and not against_version else None
     search = _pack_folders(getattr(args, "sources", None) or [])
@@ -162,7 +173,6 @@ def cmd_provenance(args: argparse.Namespace) -> int:
         if source.version and source.version != version:
             print(f"[provenance] warning: {flag} is vllm {source.version}, but the copies it is checked against "
                   f"were taken from vllm {version}", file=sys.stderr)
-    needed = list(dict.fromkeys(side_version(pair, side) for side, pair in groups))
     sources = {version: given[version][0] if version in given else default_source(version, cache, search=search)
                for version in needed}
     reports = [r for (side, pair), names in groups.items()

@@ -527,6 +527,40 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                                   "~/.cache/syncfuzz/wheels)")
 
 
+def check_pair(legacy: str, optimized: str) -> tuple[str, str]:
+    """The (legacy, optimized) releases, refused when one is blank or both are the same release: such a
+    target's sides are the same code, and every run of it could only say same-code (no evidence)."""
+    pair = (legacy.strip(), optimized.strip())
+    if not all(pair):
+        raise UsageError("--legacy-version and --optimized-version must name vllm releases, e.g. 0.29.0")
+    if pair[0] == pair[1]:
+        raise UsageError(f"--legacy-version and --optimized-version are both {pair[0]}: the two sides would be the "
+                         "same code, and the target could never find anything; give the release before the change "
+                         "and the release with it")
+    return pair
+
+
+def target_names(root: Path) -> list[str]:
+    """The names ``list`` shows in the checkout at ``root``, the one new-target writes into: this checkout's
+    registry (plug-ins included), or another checkout's catalog read as text (importing a second fuzz package
+    into this process would mix the two trees). A name taken there would break its ``list`` and ``run``."""
+    if root == PROJECT_ROOT:
+        from fuzz.targets import lookup
+
+        return [t.name for t in lookup([])]
+    names = []
+    for record in sorted((root / "fuzz" / "catalog").glob("*.py")):
+        try:
+            tree = ast.parse(record.read_text(encoding="utf-8"), str(record))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue  # not a record new-target could collide with; that checkout's own list reports it
+        names += [keyword.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  for keyword in node.keywords
+                  if keyword.arg == "name" and isinstance(keyword.value, ast.Constant)
+                  and isinstance(keyword.value.value, str)]
+    return names
+
+
 def cmd_new_target(args: argparse.Namespace) -> int:
     from fuzz.preflight import check_cache, refuse_empty
 
@@ -536,20 +570,15 @@ def cmd_new_target(args: argparse.Namespace) -> int:
     root = Path(args.root).expanduser().resolve() if args.root else PROJECT_ROOT
     if not root.is_dir():
         raise UsageError(f"--root {str(root)!r} is not a directory")
-    pair = (args.legacy_version.strip(), args.optimized_version.strip())
-    known: list[str] = []
-    if root == PROJECT_ROOT:
-        from fuzz.targets import lookup
-
-        known = [t.name for t in lookup([])]
+    pair = check_pair(args.legacy_version, args.optimized_version)
+    known = target_names(root)
     cache = check_cache(args.cache, default_cache)
     given = {side_version(pair, side): open_source(getattr(args, f"{side}_source"), f"--{side}-source")
              for side in SIDES if getattr(args, f"{side}_source", None)}
     # Cheap refusals first: nothing is read or downloaded for a scaffold that cannot be written.
     check_request(args.name, args.upstream, args.module, args.also, root, known)
-    if not all(pair):
-        raise UsageError("--legacy-version and --optimized-version must name vllm releases, e.g. 0.29.0")
-    sources = {version: given.get(version) or default_source(version, cache) for version in dict.fromkeys(pair)}
+    sources = {version: given.get(version) or default_source(version, cache, command="new-target")
+               for version in dict.fromkeys(pair)}
     result = plan(args.name, args.upstream, pair, sources, args.module, args.also, root, known)
     for path in write(result, root):
         print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path}")

@@ -147,8 +147,17 @@ def cached_wheel(version: str, cache: Path) -> Path | None:
     return found[0] if found else None
 
 
-def fetch_wheel(version: str, cache: Path, quiet: bool = False, pip_args: Sequence[str] = ()) -> Path:
-    """The vllm ``version`` wheel from the cache, downloaded with pip if missing.
+# Each command that may download a wheel: how its user names a local source instead (the download's
+# lines are labelled by the command, so a user of one is not told about another's flags).
+LOCAL_INSTEAD = {"provenance": "--legacy-source/--optimized-source/--against PATH",
+                 "new-target": "--legacy-source/--optimized-source PATH",
+                 "sources": "sources fetch PATH, a .whl or a directory holding vllm/"}
+
+
+def fetch_wheel(version: str, cache: Path, quiet: bool = False, pip_args: Sequence[str] = (),
+                command: str = "provenance") -> Path:
+    """The vllm ``version`` wheel from the cache, downloaded with pip if missing; ``command`` (a key of
+    LOCAL_INSTEAD) is the one downloading, which labels its lines.
 
     pip writes into a private temporary folder first and the wheel is moved
     into the cache only when complete, so an interrupted download or a second
@@ -161,16 +170,16 @@ def fetch_wheel(version: str, cache: Path, quiet: bool = False, pip_args: Sequen
         return wheel
     cache.mkdir(parents=True, exist_ok=True)
     if not quiet:
-        print(f"[provenance] downloading vllm=={version} (~320 MB) into {cache}", file=sys.stderr)
+        print(f"[{command}] downloading vllm=={version} (~320 MB) into {cache}", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                    "--disable-pip-version-check", "--progress-bar", "off", *pip_args, f"vllm=={version}", "-d", tmp]
-        done = subprocess.run(command, capture_output=True, text=True)
+        done = subprocess.run(pip, capture_output=True, text=True)
         got = sorted(Path(tmp).glob("vllm-*.whl"))
         if done.returncode != 0 or not got:
             raise UsageError(f"could not download vllm=={version} with pip ({_last_error_line(done)}); "
                              f"check network access to the package registry, or pass a local wheel or checkout "
-                             f"(--legacy-source/--optimized-source/--against PATH)")
+                             f"({LOCAL_INSTEAD[command]})")
         target = cache / got[0].name
         os.replace(got[0], target)
     return target

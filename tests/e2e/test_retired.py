@@ -140,7 +140,7 @@ def test_every_format_says_retired_in_its_release():
     assert row["retired"]["release"] == "0.34.0" and row["retired"]["files"] == [KEYE]
     again = Report.from_json(data, "r.json")
     assert again.targets[1].retired == row["retired"] and again.exit_code() == 0
-    assert "| keye-encoder-rope | cpu | 0 | retired in 0.34.0: optimized vllm==0.34.0 has no " \
+    assert "| keye-encoder-rope | cpu | 0 | 0 | retired in 0.34.0: optimized vllm==0.34.0 has no " \
            f"{KEYE}; known from" in markdown(report)
     (case,) = [c for c in ET.fromstring(junit_xml(report)) if c.get("classname") == "syncfuzz.keye-encoder-rope"]
     assert case.find("skipped").get("message").startswith("retired in 0.34.0: ")

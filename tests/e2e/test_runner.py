@@ -183,3 +183,34 @@ def test_a_bug_on_one_device_is_found_there_and_its_repro_names_that_device(tmp_
     (saved,) = (tmp_path / "failures").glob("*.json")
     payload = json.loads(saved.read_text())
     assert payload["device"] == payload["input"]["device"] == "cpu:0"
+
+
+def test_the_engine_phase_is_read_from_this_hypothesis():
+    """is_shrink_step reads Hypothesis' phase (not public API): this Hypothesis must still let it, or the shrink
+    steps would fall back to "every run after the failure" without anyone noticing."""
+    from collections import Counter
+
+    from hypothesis import given, seed, settings
+    from hypothesis import strategies as st
+
+    from fuzz.runner import _ENGINE_CALL, _engine_phase, hypothesis_settings, is_shrink_step
+
+    assert _ENGINE_CALL is not None
+    phases: Counter = Counter()
+    shrink_steps = [0]
+
+    @seed(0)
+    @settings(hypothesis_settings(200, None))
+    @given(st.lists(st.integers(), min_size=1, max_size=8))
+    def sums_stay_small(xs: list[int]) -> None:
+        phases[_engine_phase()] += 1
+        shrink_steps[0] += is_shrink_step(failed_here=True)
+        assert sum(xs) < 1000
+
+    try:
+        sums_stay_small()
+    except AssertionError:
+        pass
+    assert phases["generate"] and phases["shrink"] and phases[None] == 1  # None: the final replay
+    assert shrink_steps[0] == phases["shrink"] + phases["explain"] + phases[None]
+    assert not is_shrink_step(failed_here=False)

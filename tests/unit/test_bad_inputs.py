@@ -160,6 +160,29 @@ def symlink(name: str, to: str) -> Callable[[Path], str]:
     return make
 
 
+# issue 45: no silent successes (helpers of the provenance and new-target cases)
+SHIPPED_REF = "vllm/v1/utils.py::CpuGpuBuffer.copy_to_gpu"  # in the packs of sources/ (0.29.0, 0.30.0)
+
+
+def vllm_tree(name: str) -> Callable[[Path], str]:
+    """A folder holding vllm/: a source that opens."""
+    def make(w: Path) -> str:
+        (w / name / "vllm").mkdir(parents=True, exist_ok=True)
+        return str(w / name)
+    return make
+
+
+def checkout_naming(target: str) -> Callable[[Path], str]:
+    """Another syncfuzz checkout whose catalog already has ``target``."""
+    def make(w: Path) -> str:
+        root = w / "other-checkout"
+        for sub in ("legacy", "optimized", "strategies", "fuzz/catalog", "tests/planted"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / "fuzz" / "catalog" / "theirs.py").write_text(f'TARGETS = [Target(name="{target}")]\n')
+        return str(root)
+    return make
+
+
 def with_corpus_file(sub: str) -> Case:
     """The corpus has a regular file where the run keeps a folder."""
     def argv(w: Path) -> list[str]:
@@ -487,6 +510,9 @@ CASES: dict[str, Case] = dict([
     ("provenance-legacy-diffs-without-against", cmd("provenance", "--legacy-diffs")),
     ("provenance-sources-empty", cmd("provenance", "--sources", "")),
     ("provenance-sources-missing", cmd("provenance", "--sources", "/missing-syncfuzz-sources")),
+    # issue 45: no silent successes (a flag the command would not use)
+    ("provenance-source-of-a-release-no-copy-came-from",
+     cmd("provenance", "--source", lambda w: f"9.9.9={vllm_tree('vllm-tree')(w)}")),
     # ----------------------------------------------------------------- sources
     ("sources-no-action", cmd("sources")),
     ("sources-unknown-action", cmd("sources", "remove")),
@@ -551,6 +577,16 @@ CASES: dict[str, Case] = dict([
                                            "--legacy-source", "")),
     ("new-target-cache-a-file", cmd("new-target", "my-target", "--upstream", "vllm/x.py::f", "--legacy-version",
                                     "0.29.0", "--optimized-version", "0.30.0", "--cache", at("notes.txt"))),
+    # issue 45: no silent successes (names checked where the target is written; a pair that is one release).
+    # A definition the shipped packs hold: without the refusal, each case would reach the writing.
+    ("new-target-name-taken-in-the-root", cmd("new-target", "their-target", "--upstream", SHIPPED_REF,
+                                              "--legacy-version", "0.29.0", "--optimized-version", "0.30.0",
+                                              "--root", checkout_naming("their-target"))),
+    ("new-target-same-versions", cmd("new-target", "my-target", "--upstream", SHIPPED_REF, "--legacy-version",
+                                     "0.30.0", "--optimized-version", "0.30.0", "--module", "not_here_yet")),
+    ("new-target-same-versions-under-root", cmd("new-target", "my-target", "--upstream", SHIPPED_REF,
+                                                "--legacy-version", "0.30.0", "--optimized-version", " 0.30.0",
+                                                "--root", checkout_naming("their-target"))),
 ])
 
 

@@ -139,3 +139,18 @@ def test_inline_svg_has_no_url_and_prefixed_ids(h200):
     assert ids and all(i.startswith("syncs-") for i in ids)
     for ref in re.findall(r'url\(#([^)]+)\)|href="#([^"]+)"', svg):
         assert (ref[0] or ref[1]) in ids
+
+
+def test_shrink_steps_are_counted_apart_and_never_drawn_as_examples():
+    pytest.importorskip("matplotlib")
+    shrunk = TargetEntry(name="shrunk", devices=("cpu",), by_device={"cpu": DeviceTally(
+        examples=100, verdicts={"agree": 99, "divergence": 1}, shrink_steps=2117)})
+    plain = TargetEntry(name="plain", devices=("cpu",), by_device={"cpu": DeviceTally(
+        examples=100, verdicts={"agree": 100})})
+    data = charts.examples_chart_data(Report((shrunk, plain)))
+    assert [(r.target, r.examples, r.shrink_steps) for r in data] == [("shrunk", 100, 2117), ("plain", 100, 0)]
+    svg = charts.draw_examples(data, "svg").decode()
+    assert "100 (+2,117 shrink steps)" in svg
+    # The axis fits the examples: no bar reaches past 100 (the shrink steps would have made it 2,217).
+    ticks = [float(t.replace(",", "")) for t in re.findall(r">(\d[\d,]*)</text>", svg)]
+    assert ticks and max(ticks) < 1000

@@ -150,10 +150,13 @@ def test_a_config_that_is_not_one_is_refused(name):
 
 
 def test_a_relative_corpus_reaches_the_workers_as_an_absolute_path(tmp_path, monkeypatch):
-    """xdist workers run in their journal folder: a relative corpus put their repro files there."""
+    """xdist workers run in their journal folder: a relative corpus put their repro files there. The run's
+    config keeps it as given (the outputs show repro paths the way the user named the corpus)."""
     from fuzz.cli import _apply_profile, build_parser, run_config
+    from fuzz.session import _for_workers
 
     monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(["run", "--corpus", "corpus"])
     _apply_profile(args)
-    assert run_config(args, ("cpu",), 0).corpus == str(tmp_path / "corpus")
+    config = run_config(args, ("cpu",), 0)
+    assert config.corpus == "corpus" and _for_workers(config).corpus == str(tmp_path / "corpus")

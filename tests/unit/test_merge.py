@@ -345,3 +345,17 @@ def test_a_merge_missing_a_shard_says_so_in_markdown_and_junit(tmp_path, capsys)
              if c.find("error") is not None]
     assert cases == [("syncfuzz.shards", "shard 2/3"), ("syncfuzz.shards", "shard 3/3")]
     assert json.loads(out.read_text())["never_ran"] == []  # what it holds ran whole; the gap is the shards
+
+
+def test_shrink_steps_add_up_and_an_older_report_has_none():
+    """DeviceTally.shrink_steps (issue #45): summed like the examples; absent in a report from before: 0."""
+    from fuzz.model import ReportError
+
+    merged = DeviceTally(examples=10, verdicts={"agree": 10}, shrink_steps=2) + DeviceTally(
+        examples=5, verdicts={"agree": 4, "divergence": 1}, shrink_steps=30)
+    assert (merged.examples, merged.shrink_steps) == (15, 32)
+    data = merged.to_json()
+    assert DeviceTally.from_json(data, "t").shrink_steps == 32
+    assert DeviceTally.from_json({k: v for k, v in data.items() if k != "shrink_steps"}, "t").shrink_steps == 0
+    with pytest.raises(ReportError, match="shrink_steps -1 is negative"):
+        DeviceTally.from_json({**data, "shrink_steps": -1}, "t")

@@ -363,10 +363,18 @@ def test_a_side_source_flag_stands_for_the_one_pair_in_play(tmp_path):
     """--legacy-source replaces the default pair's release, or the only pair --target brings in."""
     (tmp_path / "vllm").mkdir()
     args = parse("--legacy-source", str(tmp_path), "--source", f"0.30.0={tmp_path}")
-    assert sorted(prov._given_sources(args, [DEFAULT_PAIR, SECOND])) == ["0.27.1", "0.30.0"]
-    assert sorted(prov._given_sources(args, [SECOND])) == ["0.29.0", "0.30.0"]
+    assert sorted(prov._given_sources(args, [DEFAULT_PAIR, SECOND], [*DEFAULT_PAIR, *SECOND])) == ["0.27.1", "0.30.0"]
+    assert sorted(prov._given_sources(args, [SECOND], SECOND)) == ["0.29.0", "0.30.0"]
     with pytest.raises(UsageError, match="VERSION=PATH"):
-        prov._given_sources(parse("--source", str(tmp_path)), [DEFAULT_PAIR])
+        prov._given_sources(parse("--source", str(tmp_path)), [DEFAULT_PAIR], DEFAULT_PAIR)
+
+
+def test_a_source_for_a_release_no_copy_came_from_is_refused(tmp_path):
+    """--source 9.9.9=PATH would be opened and never used: a silent success."""
+    (tmp_path / "vllm").mkdir()
+    with pytest.raises(UsageError, match=r"none of the copies checked was taken from vllm 9\.9\.9 \(they come from "
+                                         r"0\.27\.1, 0\.28\.0\)"):
+        prov._given_sources(parse("--source", f"9.9.9={tmp_path}"), [DEFAULT_PAIR], DEFAULT_PAIR)
 
 
 # --------------------------------------------------------------------------- the real copies and wheels
@@ -529,3 +537,42 @@ def test_against_resolves_from_sources_and_the_environment_before_any_download(m
         prov.cmd_provenance(parse(*argv))
     with pytest.raises(UsageError, match="--sources '/no/such' is not a directory"):
         prov.cmd_provenance(parse(*argv, "--sources", "/no/such"))
+
+
+# --------------------------------------------------------------------------- download lines
+
+
+def _pip_fails(monkeypatch) -> list[list[str]]:
+    """pip as an offline host runs it: no download happens; the commands asked for are recorded."""
+    import subprocess
+
+    from fuzz.releases import sources as release_sources_module
+
+    asked: list[list[str]] = []
+
+    def pip(command, **kwargs):
+        asked.append(command)
+        return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found for vllm==9.9.9")
+
+    monkeypatch.setattr(release_sources_module.subprocess, "run", pip)
+    return asked
+
+
+@pytest.mark.parametrize(("argv", "label", "instead"), [
+    (["sources", "fetch", "vllm==9.9.9"], "[sources]", "sources fetch PATH"),
+    (["new-target", "my-new-target", "--upstream", "vllm/v1/utils.py::CpuGpuBuffer.copy_to_gpu",
+      "--legacy-version", "9.9.8", "--optimized-version", "9.9.9", "--module", "not_here_yet"],
+     "[new-target]", "--legacy-source/--optimized-source PATH"),
+])
+def test_a_download_is_labelled_by_the_command_that_downloads(argv, label, instead, monkeypatch, tmp_path, capsys):
+    from fuzz.cli import main
+
+    asked = _pip_fails(monkeypatch)
+    monkeypatch.delenv("SYNCFUZZ_SOURCES", raising=False)
+    cache = ["--cache", str(tmp_path / "cache")]
+    into = ["--into", str(tmp_path / "packs")] if argv[0] == "sources" else []
+    assert main([*argv, *cache, *into]) == 2
+    err = capsys.readouterr().err
+    assert f"{label} downloading vllm==9.9." in err and "[provenance]" not in err
+    assert err.strip().splitlines()[-1].startswith("fuzz: error: could not download vllm==9.9.")
+    assert instead in err and asked and all("pip" in command for command in asked)

@@ -6,6 +6,7 @@ Upstream text is in memory or in temporary trees; files are written under tmp_pa
 from __future__ import annotations
 
 import ast
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -189,7 +190,8 @@ def test_the_cli_writes_under_root_and_exits_2_on_each_refusal(tmp_path, capsys)
     assert "def copy(" in (repo / "optimized/toy_utils.py").read_text()
     kept = (repo / "legacy/toy_utils.py").read_text()
     for bad, message in [
-        (argv, "never overwrites"),
+        (argv, "already exists; pick another name"),  # the name is taken in the checkout written into
+        ([argv[0], "toy-buffer-copy-two", *argv[2:]], "never overwrites"),
         ([*argv[:-4], "--legacy-source", str(tmp_path / "nowhere"), "--optimized-source", str(new), "--module", "x"],
          "does not exist"),
         ([*argv, "--module", "y", "--root", str(tmp_path / "no-repo")], "is not a directory"),
@@ -199,6 +201,34 @@ def test_the_cli_writes_under_root_and_exits_2_on_each_refusal(tmp_path, capsys)
         assert len(err.splitlines()) == 1 and message in err, err
     assert (repo / "legacy/toy_utils.py").read_text() == kept
     assert not (repo / "legacy/x.py").exists()
+
+
+def test_a_name_taken_in_the_checkout_written_into_is_refused(tmp_path, capsys):
+    """--root OTHER: the names are those of the checkout the record goes into, not of the running one."""
+    repo = checkout(tmp_path / "repo")
+    old, new = _tree(tmp_path, "old", OLD), _tree(tmp_path, "new", NEW)
+    argv = ["new-target", "toy-buffer-copy", "--upstream", f"{PATH}::Buffer.copy", "--also", f"{PATH}::Buffer.__init__",
+            "--legacy-version", "0.29.0", "--optimized-version", "0.30.0", "--root", str(repo),
+            "--legacy-source", str(old), "--optimized-source", str(new)]
+    assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main([*argv, "--module", "again"]) == 2  # another module, the same target name: a duplicate there
+    err = capsys.readouterr().err.strip()
+    assert err == "fuzz: error: a target named 'toy-buffer-copy' already exists; pick another name"
+    assert not (repo / "fuzz/catalog/again.py").exists()
+
+
+def test_another_checkouts_names_are_read_from_its_catalog_as_list_shows_them(tmp_path):
+    from fuzz.catalog import TARGETS
+
+    shutil.copytree(ROOT / "fuzz" / "catalog", tmp_path / "fuzz" / "catalog")
+    assert sorted(scaffold.target_names(tmp_path)) == sorted(t.name for t in TARGETS) != []
+
+
+def test_the_same_release_on_both_sides_is_refused():
+    with pytest.raises(UsageError, match="both 0.30.0: the two sides would be the same code"):
+        scaffold.check_pair("0.30.0", " 0.30.0")
+    assert scaffold.check_pair(" 0.29.0", "0.30.0") == ("0.29.0", "0.30.0")
 
 
 def test_the_module_name_comes_from_the_upstream_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -336,3 +337,33 @@ def test_shards_are_refused_as_nights_and_a_merge_missing_one_is_a_partial_night
     assert lines[0] == SINCE + ("this night is partial (the merge covers 1 of the run's 2 shards (missing 2/2)); "
                                 "never ran: none; the missing shards' targets are not named")
     assert not any("examples fell" in line or "no longer" in line for line in lines)
+
+
+def _cpu_night(night: str, started: str) -> Report:
+    tally = DeviceTally(examples=100, verdicts={"agree": 100})  # no syncs counted: syncs are a CUDA oracle
+    return _report(night, started, [TargetEntry(name="alpha", devices=("cpu",), by_device={"cpu": tally},
+                                                seconds=2.0)])
+
+
+def test_a_cpu_only_trend_says_why_it_has_no_sync_chart_instead_of_drawing_an_empty_one(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    n1 = _write(tmp_path / "n1.json", _cpu_night("20261130", "2026-11-30T02:17:03+00:00"))
+    n2 = _write(tmp_path / "n2.json", _cpu_night("20261201", "2026-12-01T02:17:03+00:00"))
+    md, page = tmp_path / "trend.md", tmp_path / "trend.html"
+    assert main(["trend", n1, n2, "--markdown", str(md), "--html", str(page)]) == 0
+    text, html_text = md.read_text(), page.read_text()
+    assert not (tmp_path / "trend-optimized-syncs.png").exists() and "trend-optimized-syncs.png" not in text
+    why = "no night counted an optimized call's syncs (they are counted on CUDA devices only"
+    assert "optimized syncs per call (max over calls, CUDA): no chart, " + why in text
+    assert escape(why) in html_text and html_text.count("<svg") == 1  # the examples/s chart alone
+    assert "](trend-examples-per-second.png)" in text and (tmp_path / "trend-examples-per-second.png").is_file()
+    assert "trend-optimized-syncs.png" not in capsys.readouterr().out
+
+
+def test_the_trend_charts_start_at_zero():
+    pytest.importorskip("matplotlib")
+    from fuzz.trend import ChartData, plot_chart
+
+    figure = plot_chart(ChartData("examples per second per target", "examples / s", ("a", "b"),
+                                  {"alpha": (950.0, 1000.0)}))
+    assert figure.axes[0].get_ylim()[0] == 0
