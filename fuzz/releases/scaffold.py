@@ -447,6 +447,10 @@ def check_request(name: str, refs: Sequence[str], module: str | None = None, als
         raise UsageError("name at least one --upstream vllm/path.py::Qual.name")
     parsed = tuple(parse_ref(ref) for ref in refs)
     extra = tuple(parse_ref(ref, "--also") for ref in also)
+    named = [*refs, *also]
+    twice = sorted({ref for ref in named if named.count(ref) > 1})
+    if twice:
+        raise UsageError(f"{', '.join(twice)} is named twice (--upstream/--also); name each definition once")
     module = module or default_module(parsed[0][0])
     if not module.isidentifier() or module.startswith("_"):
         raise UsageError(f"--module {module!r} must be a Python module name (letters, digits, '_')")
@@ -527,12 +531,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                                   "~/.cache/syncfuzz/wheels)")
 
 
+VERSION_RE = re.compile(r"\d+(\.\d+)+([.+!-]?[A-Za-z0-9]+)*")  # 0.29.0, 0.34.0rc1, 0.11.0+cu128
+
+
 def check_pair(legacy: str, optimized: str) -> tuple[str, str]:
     """The (legacy, optimized) releases, refused when one is blank or both are the same release: such a
     target's sides are the same code, and every run of it could only say same-code (no evidence)."""
     pair = (legacy.strip(), optimized.strip())
     if not all(pair):
         raise UsageError("--legacy-version and --optimized-version must name vllm releases, e.g. 0.29.0")
+    for flag, version in zip(("--legacy-version", "--optimized-version"), pair):
+        # Checked before any download: pip would only say "no matching distribution" a minute later.
+        if not VERSION_RE.fullmatch(version):
+            raise UsageError(f"{flag} {version!r} is not a vllm release number; give one such as 0.29.0")
     if pair[0] == pair[1]:
         raise UsageError(f"--legacy-version and --optimized-version are both {pair[0]}: the two sides would be the "
                          "same code, and the target could never find anything; give the release before the change "
