@@ -27,6 +27,8 @@ from pathlib import Path
 TARGET = "fla-chunk-offsets"
 REPRO = f"corpus/failures/{TARGET}-divergence-000000000000.json"
 UPSTREAM = "vllm/v1/utils.py::CpuGpuBuffer.copy_to_gpu"
+UNKNOWN_RELEASE = ("only the registry knows a release does not exist: the labelled download line comes first, "
+                   "then the one error line")
 RUN = ["run", "--target", TARGET, "--device", "cpu", "--max-examples", "1", "--in-process", "--quiet",
        "--confirm", "0", "--corpus", "corpus"]
 
@@ -122,7 +124,7 @@ def cases() -> list[Case]:
         c("provenance-source-unused", ("provenance", "--source", "9.9.9=sourcetree")),
         c("provenance-against-a-report", ("provenance", "--against", "report.json")),
         c("provenance-against-unknown-release", ("provenance", "--against", "vllm==9.9.9"),
-          "only the registry knows a release does not exist: the labelled download line comes first, then the one error line"),
+          UNKNOWN_RELEASE),
         c("provenance-target-twice-unknown", ("provenance", "--target", "nope", "--target", TARGET)),
         # sources
         c("sources-list-newest-in-empty", ("sources", "list", "--newest", "--sources", "empty"),
@@ -130,7 +132,7 @@ def cases() -> list[Case]:
         c("sources-list-sources-a-report", ("sources", "list", "--sources", "report.json")),
         c("sources-fetch-into-the-corpus", ("sources", "fetch", "sourcetree", "--into", "corpus/failures")),
         c("sources-fetch-unknown-release", ("sources", "fetch", "vllm==9.9.9", "--into", "packs"),
-          "only the registry knows a release does not exist: the labelled download line comes first, then the one error line"),
+          UNKNOWN_RELEASE),
         c("sources-fetch-spec-typo", ("sources", "fetch", "vllm=0.30.0", "--into", "packs")),
         # new-target
         c("new-target-same-versions", ("new-target", "my-target", "--upstream", UPSTREAM,
