@@ -17,8 +17,15 @@ from fuzz.charts import report_charts, svg_for_html
 from fuzz.machine import machine_lines, report_machines
 from fuzz.model import Failure, Report, TargetEntry
 from fuzz.reachdata import change_line, merged_changes, untaken_text
-from fuzz.report import (NUMERIC_COLUMNS, SUMMARY_HEADER, closing_line, failure_lines, partial_lines,
-                         report_notes, summary_rows)
+from fuzz.report import (
+    NUMERIC_COLUMNS,
+    SUMMARY_HEADER,
+    closing_line,
+    failure_lines,
+    partial_lines,
+    report_notes,
+    summary_rows,
+)
 from fuzz.verdicts import CANNOT_BUILD, CRASH_VERDICTS, RETIRED, SAME_CODE, SKIPPED, UNREACHED, UNTESTED
 
 # The page's first lines: what an existing file must start with for --html to replace it (fuzz/preflight.py).

@@ -27,6 +27,7 @@ from pathlib import Path
 TARGET = "fla-chunk-offsets"
 REPRO = f"corpus/failures/{TARGET}-divergence-000000000000.json"
 UPSTREAM = "vllm/v1/utils.py::CpuGpuBuffer.copy_to_gpu"
+ELSEWHERE = ("--root", "checkout", "--module", "probe_module")  # never this checkout
 UNKNOWN_RELEASE = ("only the registry knows a release does not exist: the labelled download line comes first, "
                    "then the one error line")
 RUN = ["run", "--target", TARGET, "--device", "cpu", "--max-examples", "1", "--in-process", "--quiet",
@@ -136,20 +137,20 @@ def cases() -> list[Case]:
         c("sources-fetch-spec-typo", ("sources", "fetch", "vllm=0.30.0", "--into", "packs")),
         # new-target
         c("new-target-same-versions", ("new-target", "my-target", "--upstream", UPSTREAM,
-                                       "--legacy-version", "0.30.0", "--optimized-version", "0.30.0", "--root", "checkout", "--module", "probe_module")),
+                                       "--legacy-version", "0.30.0", "--optimized-version", "0.30.0", *ELSEWHERE)),
         c("new-target-taken-name-other-root", ("new-target", TARGET, "--upstream", UPSTREAM,
                                                "--legacy-version", "0.29.0", "--optimized-version", "0.30.0",
                                                "--root", "checkout")),
         c("new-target-versions-backwards", ("new-target", "my-target", "--upstream", UPSTREAM,
-                                            "--legacy-version", "0.30.0", "--optimized-version", "0.29.0", "--root", "checkout", "--module", "probe_module"),
+                                            "--legacy-version", "0.30.0", "--optimized-version", "0.29.0", *ELSEWHERE),
           "a newer legacy is how a revert is fuzzed (tests/e2e/test_sync_rule.py runs 0.28.0 -> 0.27.1)"),
         c("new-target-version-letters", ("new-target", "my-target", "--upstream", UPSTREAM,
-                                         "--legacy-version", "old", "--optimized-version", "new", "--root", "checkout", "--module", "probe_module")),
+                                         "--legacy-version", "old", "--optimized-version", "new", *ELSEWHERE)),
         c("new-target-upstream-not-vllm", ("new-target", "my-target", "--upstream", "torch/x.py::f",
-                                           "--legacy-version", "0.29.0", "--optimized-version", "0.30.0", "--root", "checkout", "--module", "probe_module")),
+                                           "--legacy-version", "0.29.0", "--optimized-version", "0.30.0", *ELSEWHERE)),
         c("new-target-also-same-as-upstream", ("new-target", "my-target", "--upstream", UPSTREAM,
                                                "--also", UPSTREAM, "--legacy-version", "0.29.0",
-                                               "--optimized-version", "0.30.0", "--root", "checkout", "--module", "probe_module")),
+                                               "--optimized-version", "0.30.0", *ELSEWHERE)),
         # list
         c("list-json-extra", ("list", "--json", "x")),
     ]
