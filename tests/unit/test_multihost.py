@@ -303,6 +303,31 @@ def test_the_next_night_from_the_merged_corpus_replays_what_every_shard_saved(tm
     assert sorted(name for name, first in alone.items() if first is not None and first > 1) == ["demo-reference"]
 
 
+def test_from_one_saved_corpus_n_shards_of_pieces_draw_what_one_host_draws(tmp_path, monkeypatch):
+    """Night 2 from a corpus holding demo-invariant's failure (saved by night 1's shard 1 of 2): one host,
+    and 2 shards each on a copy of that corpus, with --pieces 2, count alike and save alike. Every piece of
+    demo-invariant replays the saved failure first; demo-reference's is found afresh, and on one host its
+    second piece does not replay what its first saved."""
+    import shutil
+
+    monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.oracle_demo")
+    _run(tmp_path, "night1", "--shard", "1/2")
+    for name in ("whole", "s1", "s2"):
+        shutil.copytree(tmp_path / "corpus-night1", tmp_path / f"corpus-{name}",
+                        ignore=shutil.ignore_patterns("journal"))
+    whole = _run(tmp_path, "whole", "--pieces", "2", seed="6")
+    shards = [_run(tmp_path, f"s{i}", "--shard", f"{i}/2", "--pieces", "2", seed="6", exit_code=None)
+              for i in (1, 2)]
+    merged = tmp_path / "merged.json"
+    assert main(["merge-reports", str(merged), *map(str, shards)]) == 1
+    assert _totals(merged) == _totals(whole)
+    firsts = {t["name"]: t["first_failure_at"] for t in json.loads(whole.read_text())["targets"]}
+    assert firsts["demo-invariant"] == 1 and firsts["demo-reference"] > 1  # replayed / found afresh
+    assert main(["corpus-merge", str(tmp_path / "night3"), str(tmp_path / "corpus-s1"),
+                 str(tmp_path / "corpus-s2")]) == 0
+    assert _database(tmp_path / "night3") == _database(tmp_path / "corpus-whole")
+
+
 # --------------------------------------------------------------------------- what corpus-merge keeps
 
 def test_a_repro_name_held_with_other_content_keeps_both(tmp_path, capsys):
