@@ -43,13 +43,16 @@ def keep_start_database(corpus: Path, folder: Path, run_id: str) -> Path:
     Another run sharing the corpus may save or delete meanwhile (each file appears and goes by an atomic
     rename or unlink): a file gone before it is read is simply not in the copy."""
     live = corpus / "hypothesis"
+    # A copy under this id already: an earlier run made from the same RunConfig (a library caller's), over.
+    for earlier in _start_copies(corpus, run_id):
+        shutil.rmtree(earlier)
     start = folder / _START_DATABASE.format(run_id=run_id)
     start.mkdir(parents=True)
-    for key in sorted(live.iterdir()) if live.is_dir() else []:
+    for key in _listing(live):
         if not key.is_dir():
             continue
         (start / key.name).mkdir()
-        for example in sorted(key.iterdir()):
+        for example in _listing(key):
             try:
                 (start / key.name / example.name).write_bytes(example.read_bytes())
             except (FileNotFoundError, IsADirectoryError):  # deleted (or moved) by another run meanwhile
@@ -57,11 +60,23 @@ def keep_start_database(corpus: Path, folder: Path, run_id: str) -> Path:
     return start
 
 
+def _listing(folder: Path) -> list[Path]:
+    """The folder's entries; none if it is not there (yet, or any more: a move prunes an emptied key's folder)."""
+    try:
+        return sorted(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def start_database(corpus: Path, run_id: str) -> Path | None:
     """The example database as run ``run_id`` found it (keep_start_database), or None when this run kept
     none (the runner called outside a ``fuzz run`` session)."""
-    found = sorted((corpus / "journal").glob("*/" + glob.escape(_START_DATABASE.format(run_id=run_id))))
+    found = _start_copies(corpus, run_id)
     return found[0] if found else None
+
+
+def _start_copies(corpus: Path, run_id: str) -> list[Path]:
+    return sorted((corpus / "journal").glob("*/" + glob.escape(_START_DATABASE.format(run_id=run_id))))
 
 
 def _alive(pid: int) -> bool:

@@ -131,8 +131,14 @@ def test_a_first_chunk_reads_the_database_as_the_run_started_and_writes_the_live
     assert set(_database(corpus, reuse=True, run_id="run-2").fetch(key)) == {b"found"}
     assert _database(None, reuse=True, run_id="run-1") is None
 
+    # A second run from the same RunConfig (so the same run id): its own copy, the earlier one gone.
+    again = keep_start_database(corpus, corpus / "journal" / f"20261206-030000-{dead_pid()}", "run-1")
+    assert start_database(corpus, "run-1") == again and not start.exists()
+    assert set(DirectoryBasedExampleDatabase(str(again)).fetch(key)) == {b"found"}
+
     # The copy goes with its run's journal folder.
-    assert prune_journals(corpus / "journal", keep=1) == [folder] and start_database(corpus, "run-1") is None
+    assert prune_journals(corpus / "journal", keep=1) == [again.parent, folder]
+    assert start_database(corpus, "run-1") is None
 
 
 def test_a_run_keeps_the_database_it_started_from_in_its_journal_folder(tmp_path):
