@@ -35,6 +35,7 @@ from fuzz.config import NO_HOOKS, Hooks, RunConfig
 from fuzz.devices import devices_for, on_devices
 from fuzz.errors import HarnessError
 from fuzz.execute import CudaContextLost, ExampleResult, fatal_cuda_error, run_example
+from fuzz.journals import start_database
 from fuzz.model import DeviceTally, Failure, TargetEntry
 from fuzz.outcome import Raised, SideResult
 from fuzz.reach import Measure, measure_for, static_same_code
@@ -297,11 +298,43 @@ class _SaveOnlyDatabase(ExampleDatabase):
         self.inner.save(dest, value)
 
 
-def _database(corpus: Path | None, reuse: bool) -> ExampleDatabase | None:
+class _StartDatabase(ExampleDatabase):
+    """The corpus database as the first chunk of each item sees it: read as it was when the run started
+    (fuzz.journals.keep_start_database), written live.
+
+    So an item never replays what another item of the run saved meanwhile: what it draws does not depend
+    on which items ran before it, on this host or another (--shard), nor on which worker finished first
+    (--workers). Its saves, deletions and moves still go to the corpus the next run starts from.
+    """
+
+    def __init__(self, start: ExampleDatabase, live: ExampleDatabase) -> None:
+        super().__init__()
+        self.start = start
+        self.live = live
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.live.save(key, value)
+
+    def fetch(self, key: bytes) -> Iterator[bytes]:
+        return iter(self.start.fetch(key))
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.live.delete(key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.live.move(src, dest, value)
+
+
+def _database(corpus: Path | None, reuse: bool, run_id: str) -> ExampleDatabase | None:
+    """The corpus database as one chunk of run ``run_id`` sees it (none without a corpus)."""
     if corpus is None:
         return None
-    database = DirectoryBasedExampleDatabase(str(corpus / "hypothesis"))
-    return database if reuse else _SaveOnlyDatabase(database)
+    live = DirectoryBasedExampleDatabase(str(corpus / "hypothesis"))
+    if not reuse:
+        return _SaveOnlyDatabase(live)
+    start = start_database(corpus, run_id)
+    # No start copy: the runner called outside a ``fuzz run`` session (fuzz_target itself), which reads live.
+    return live if start is None else _StartDatabase(DirectoryBasedExampleDatabase(str(start)), live)
 
 
 def hypothesis_settings(max_examples: int, database: ExampleDatabase | None) -> settings:
@@ -474,9 +507,9 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
         failed_here[0] = False
         test = given(strategy)(check_all)
         test = hypothesis_seed(_chunk_seed(config.seed, target, chunk) if chunk else config.seed)(test)
-        # Only a run's first chunk replays the corpus; continuations and
-        # restarted workers must not see known failures "pass" and delete them.
-        test = hypothesis_settings(size, _database(corpus, reuse=chunk == 0))(test)
+        # Only an item's first chunk replays the corpus, as the run found it (_StartDatabase); continuations
+        # and restarted workers must not see known failures "pass" and delete them.
+        test = hypothesis_settings(size, _database(corpus, reuse=chunk == 0, run_id=config.run_id))(test)
         test._hypothesis_internal_database_key = _database_key(target, config)
         before = len(outcome.failures)
         stop = False

@@ -223,6 +223,9 @@ def _fuzz(targets: list, items: list, config: RunConfig, corpus: Path, seconds: 
     from fuzz.machine import GpuSampler, machine_use
 
     journals.prune_journals(corpus / "journal", state.keep_journals)  # every check passed: the run starts now
+    folder = journals.journal_folder(corpus)  # this run's: its workers' journals, the database it starts from
+    if config.corpus is not None:
+        journals.keep_start_database(corpus, folder, config.run_id)
     started = time.monotonic()
     entries: list[TargetEntry] = []
     sharing = None
@@ -235,12 +238,11 @@ def _fuzz(targets: list, items: list, config: RunConfig, corpus: Path, seconds: 
             from fuzz.workers import run_with_xdist, visible_gpus
 
             gpus = visible_gpus() if "cuda" in config.devices else 0
-            with gpu_sharing(config.gpu_share, config.workers, gpus, config.devices,
-                             journals.journal_folder(corpus)) as sharing:
-                entries = run_with_xdist(items, config, seconds, journals.journal_folder(corpus),
-                                         show_items=not state.quiet, env_changes=sharing.env())
+            with gpu_sharing(config.gpu_share, config.workers, gpus, config.devices, folder) as sharing:
+                entries = run_with_xdist(items, config, seconds, folder, show_items=not state.quiet,
+                                         env_changes=sharing.env())
         else:
-            entries = _fuzz_here(targets, items, config, corpus, seconds, state.quiet)
+            entries = _fuzz_here(targets, items, config, folder, seconds, state.quiet)
         return entries
     except Interrupted as stop:
         entries = list(stop.entries)
@@ -264,9 +266,9 @@ def _fuzz(targets: list, items: list, config: RunConfig, corpus: Path, seconds: 
         state.machine = machine_use(entries, time.monotonic() - started, gpu, share)
 
 
-def _fuzz_here(targets: list, items: list, config: RunConfig, corpus: Path, seconds: float | None,
+def _fuzz_here(targets: list, items: list, config: RunConfig, journal: Path, seconds: float | None,
                quiet: bool) -> list[TargetEntry]:
-    """One item after another in this process (isolated: in a watched worker process)."""
+    """One item after another in this process (isolated: in a watched worker process, ``journal`` its folder)."""
     from fuzz.config import Hooks
     from fuzz.isolation import Isolation
     from fuzz.orchestrate import fuzz_all
@@ -277,7 +279,7 @@ def _fuzz_here(targets: list, items: list, config: RunConfig, corpus: Path, seco
     if not quiet:
         hooks = Hooks(progress=(lambda outcome: show_worker_line(progress_line(outcome), sys.stderr, live)),
                       item_done=lambda item, entry: show_worker_line(item_line(item.key, entry), sys.stderr, live))
-    isolation = Isolation(workdir=journals.journal_folder(corpus), progress=not quiet) if config.isolated else None
+    isolation = Isolation(workdir=journal, progress=not quiet) if config.isolated else None
     return fuzz_all(targets, config, hooks, isolation, items, seconds=seconds)
 
 

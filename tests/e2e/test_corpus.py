@@ -1,7 +1,9 @@
-"""The corpus between runs: the example database keyed by what ran, old journal folders pruned."""
+"""The corpus between runs: the example database keyed by what ran, read as the run started, old journal
+folders pruned."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -10,8 +12,8 @@ import sys
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from fuzz.config import RunConfig
-from fuzz.journals import prune_journals
-from fuzz.runner import _database_key, fuzz_target
+from fuzz.journals import keep_start_database, prune_journals, start_database
+from fuzz.runner import _database, _database_key, fuzz_target
 from fuzz.targets import lookup
 from tests.e2e.test_sides import FLA, tree
 
@@ -102,3 +104,53 @@ def test_keep_journals_is_a_run_flag_and_prunes_at_run_start(tmp_path):
     assert re.fullmatch(r"\d{8}-\d{6}-\d+", own), left
     bad = cli("run", "--keep-journals", "0", "--corpus", str(tmp_path / "c2"))
     assert bad.returncode == 2 and "--keep-journals" in bad.stderr and not (tmp_path / "c2").exists()
+
+
+def test_a_first_chunk_reads_the_database_as_the_run_started_and_writes_the_live_one(tmp_path):
+    """What another item saves or deletes meanwhile is not replayed (one host = N shards, docs/reliability.md);
+    the item's own saves, deletions and moves reach the corpus the next run starts from."""
+    corpus, key, other = tmp_path / "corpus", b"key", b"key.secondary"
+    live = DirectoryBasedExampleDatabase(str(corpus / "hypothesis"))
+    live.save(key, b"at-start")
+    live.save(key, b"deleted-by-another-item")
+    folder = corpus / "journal" / f"20261206-020000-{dead_pid()}"
+    start = keep_start_database(corpus, folder, "run-1")
+    assert start.parent == folder and start_database(corpus, "run-1") == start
+    live.delete(key, b"deleted-by-another-item")
+    live.save(key, b"saved-by-another-item")
+
+    first_chunk = _database(corpus, reuse=True, run_id="run-1")
+    assert set(first_chunk.fetch(key)) == {b"at-start", b"deleted-by-another-item"}
+    first_chunk.save(key, b"found")
+    first_chunk.move(key, other, b"at-start")
+    first_chunk.delete(key, b"saved-by-another-item")
+    assert set(live.fetch(key)) == {b"found"} and set(live.fetch(other)) == {b"at-start"}
+    assert set(first_chunk.fetch(key)) == {b"at-start", b"deleted-by-another-item"}  # the copy is never written
+    assert set(_database(corpus, reuse=False, run_id="run-1").fetch(key)) == set()  # continuations: save only
+    # No copy for this run (fuzz_target called outside a session): the live database, as before.
+    assert set(_database(corpus, reuse=True, run_id="run-2").fetch(key)) == {b"found"}
+    assert _database(None, reuse=True, run_id="run-1") is None
+
+    # A second run from the same RunConfig (so the same run id): its own copy, the earlier one gone.
+    again = keep_start_database(corpus, corpus / "journal" / f"20261206-030000-{dead_pid()}", "run-1")
+    assert start_database(corpus, "run-1") == again and not start.exists()
+    assert set(DirectoryBasedExampleDatabase(str(again)).fetch(key)) == {b"found"}
+
+    # The copy goes with its run's journal folder.
+    assert prune_journals(corpus / "journal", keep=1) == [again.parent, folder]
+    assert start_database(corpus, "run-1") is None
+
+
+def test_a_run_keeps_the_database_it_started_from_in_its_journal_folder(tmp_path):
+    from tests.support import cli
+
+    corpus, report = tmp_path / "corpus", tmp_path / "report.json"
+    DirectoryBasedExampleDatabase(str(corpus / "hypothesis")).save(b"another target's key", b"saved last night")
+    done = cli("run", "--target", "fla-chunk-offsets", "--device", "cpu", "--max-examples", "5", "--seed", "0",
+               "--corpus", str(corpus), "--confirm", "0", "--in-process", "--report", str(report))
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(report.read_text())["run"]["scope"]["run_id"]
+    (own,) = (corpus / "journal").iterdir()
+    assert start_database(corpus, run_id) == own / f"hypothesis-at-start-{run_id}"
+    copy = DirectoryBasedExampleDatabase(str(start_database(corpus, run_id)))
+    assert set(copy.fetch(b"another target's key")) == {b"saved last night"}

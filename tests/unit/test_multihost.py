@@ -10,6 +10,7 @@ import shlex
 import stat
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -197,12 +198,13 @@ TARGETS = ["demo-invariant", "demo-reference", "fla-chunk-indices"]  # two plant
 
 
 def _run(tmp_path: Path, name: str, *extra: str, seed: str = "5", corpus: Path | None = None,
-         exit_code: int = 1) -> Path:
+         exit_code: int | None = 1) -> Path:
+    """One ``fuzz run`` of TARGETS; ``exit_code`` None: 0 or 1, as the failures it holds decide."""
     report = tmp_path / f"{name}.json"
     argv = ["run", *(a for t in TARGETS for a in ("--target", t)), "--device", "cpu", "--seed", seed,
             "--max-examples", "30", "--in-process", "--confirm", "0", "--quiet",
             "--corpus", str(corpus or tmp_path / f"corpus-{name}"), "--report", str(report), *extra]
-    assert main(argv) == exit_code  # 1: a planted failure is found
+    assert main(argv) in ((0, 1) if exit_code is None else (exit_code,))  # 1: a planted failure is found
     return report
 
 
@@ -211,27 +213,49 @@ def _database(corpus: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _totals(report: Path) -> dict:
+    """What N shards merged must give as one host does: per target and device the examples, verdict counts,
+    syncs and failures (test_merge._counts), and the shrink steps."""
+    data = json.loads(report.read_text())
+    shrinks = {(t["name"], device): tally["shrink_steps"] for t in data["targets"]
+               for device, tally in t["by_device"].items()}
+    return {key: (*counts, shrinks[key]) for key, counts in _counts(report).items()}
+
+
 @pytest.fixture(scope="module")
-def one_host(tmp_path_factory) -> Path:
-    """The run on one host: its report and its corpus (``corpus-whole``)."""
+def one_host(tmp_path_factory) -> Callable[[int], Path]:
+    """The run on one host with ``--pieces P``: the folder of its report (``whole.json``) and its corpus
+    (``corpus-whole``), run once per P."""
     import _pytest.monkeypatch
 
-    patch = _pytest.monkeypatch.MonkeyPatch()
-    patch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.oracle_demo")
-    try:
-        folder = tmp_path_factory.mktemp("one-host")
-        _run(folder, "whole")
-        return folder
-    finally:
-        patch.undo()
+    runs: dict[int, Path] = {}
+
+    def run(pieces: int) -> Path:
+        if pieces not in runs:
+            patch = _pytest.monkeypatch.MonkeyPatch()
+            patch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.oracle_demo")
+            try:
+                folder = tmp_path_factory.mktemp(f"one-host-pieces-{pieces}")
+                _run(folder, "whole", "--pieces", str(pieces))
+                runs[pieces] = folder
+            finally:
+                patch.undo()
+        return runs[pieces]
+
+    return run
 
 
 @pytest.mark.parametrize("count", [2, 3])
-def test_n_shards_merged_give_one_hosts_totals_and_example_database(tmp_path, monkeypatch, capsys, one_host, count):
+@pytest.mark.parametrize("pieces", [1, 2, 3])
+def test_n_shards_merged_give_one_hosts_totals_and_example_database(tmp_path, monkeypatch, capsys, one_host,
+                                                                    count, pieces):
+    """With --pieces 1 shard I runs targets I, I+N, ...; with more, each target's pieces are spread over the
+    shards, and on one host a target's later pieces run after its earlier ones saved their failures: every
+    item replays the database as the run started, so the two still draw the same examples."""
     monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.oracle_demo")
-    # --pieces 1: shard I runs targets I, I+N, ...; it exits 1 where it holds a planted failure.
-    shards = [_run(tmp_path, f"s{i}", "--shard", f"{i}/{count}",
-                   exit_code=int(any(t.startswith("demo-") for t in TARGETS[i - 1::count])))
+    whole = one_host(pieces)
+    # A shard exits 1 where it holds a planted failure it found, 0 where it holds none.
+    shards = [_run(tmp_path, f"s{i}", "--shard", f"{i}/{count}", "--pieces", str(pieces), exit_code=None)
               for i in range(1, count + 1)]
     corpora = [tmp_path / f"corpus-s{i}" for i in range(1, count + 1)]
     databases = [_database(c) for c in corpora]
@@ -239,7 +263,7 @@ def test_n_shards_merged_give_one_hosts_totals_and_example_database(tmp_path, mo
 
     merged = tmp_path / "merged.json"
     assert main(["merge-reports", str(merged), *map(str, reversed(shards))]) == 1
-    assert _counts(merged) == _counts(one_host / "whole.json")
+    assert _totals(merged) == _totals(whole / "whole.json")
     assert json.loads(merged.read_text())["run"]["scope"]["complete"] is True
 
     night2 = tmp_path / "night2-corpus"
@@ -247,9 +271,13 @@ def test_n_shards_merged_give_one_hosts_totals_and_example_database(tmp_path, mo
     assert main(["corpus-merge", str(night2), *map(str, corpora)]) == 0
     assert "corpus-merge: " in capsys.readouterr().out
     union = {name: content for database in databases for name, content in database.items()}
-    assert _database(night2) == union == _database(one_host / "corpus-whole")
-    assert sorted(p.name for p in (night2 / "failures").iterdir()) == \
-        sorted(p.name for p in (one_host / "corpus-whole" / "failures").iterdir())
+    assert _database(night2) == union == _database(whole / "corpus-whole")
+    # The repro files one host saved; a failure two shards saved (two pieces of a target found it) is kept
+    # under both (each file records its own run: corpus-merge's second name NAME.<hash>.json).
+    repros = sorted(p.name for p in (night2 / "failures").iterdir())
+    assert sorted({re.sub(r"\.[0-9a-f]{12}\.json$", ".json", name) for name in repros}) == \
+        sorted(p.name for p in (whole / "corpus-whole" / "failures").iterdir())
+    assert pieces > 1 or all(name.count(".") == 1 for name in repros)  # one piece each: one file per failure
     # Merged again: nothing added, nothing renamed.
     before = {p: p.read_bytes() for p in night2.rglob("*") if p.is_file()}
     assert main(["corpus-merge", str(night2), *map(str, corpora)]) == 0
@@ -273,6 +301,31 @@ def test_the_next_night_from_the_merged_corpus_replays_what_every_shard_saved(tm
                                                              "fla-chunk-indices": None}
     alone = first_failures(tmp_path / "corpus-s1", "night2-from-shard-1")
     assert sorted(name for name, first in alone.items() if first is not None and first > 1) == ["demo-reference"]
+
+
+def test_from_one_saved_corpus_n_shards_of_pieces_draw_what_one_host_draws(tmp_path, monkeypatch):
+    """Night 2 from a corpus holding demo-invariant's failure (saved by night 1's shard 1 of 2): one host,
+    and 2 shards each on a copy of that corpus, with --pieces 2, count alike and save alike. Every piece of
+    demo-invariant replays the saved failure first; demo-reference's is found afresh, and on one host its
+    second piece does not replay what its first saved."""
+    import shutil
+
+    monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.oracle_demo")
+    _run(tmp_path, "night1", "--shard", "1/2")
+    for name in ("whole", "s1", "s2"):
+        shutil.copytree(tmp_path / "corpus-night1", tmp_path / f"corpus-{name}",
+                        ignore=shutil.ignore_patterns("journal"))
+    whole = _run(tmp_path, "whole", "--pieces", "2", seed="6")
+    shards = [_run(tmp_path, f"s{i}", "--shard", f"{i}/2", "--pieces", "2", seed="6", exit_code=None)
+              for i in (1, 2)]
+    merged = tmp_path / "merged.json"
+    assert main(["merge-reports", str(merged), *map(str, shards)]) == 1
+    assert _totals(merged) == _totals(whole)
+    firsts = {t["name"]: t["first_failure_at"] for t in json.loads(whole.read_text())["targets"]}
+    assert firsts["demo-invariant"] == 1 and firsts["demo-reference"] > 1  # replayed / found afresh
+    assert main(["corpus-merge", str(tmp_path / "night3"), str(tmp_path / "corpus-s1"),
+                 str(tmp_path / "corpus-s2")]) == 0
+    assert _database(tmp_path / "night3") == _database(tmp_path / "corpus-whole")
 
 
 # --------------------------------------------------------------------------- what corpus-merge keeps
