@@ -37,5 +37,7 @@ for name in sorted(whole):
 print("examples and verdicts equal:", {k: v[0::2] for k, v in whole.items()} == {k: v[0::2] for k, v in merged.items()})
 one, union = database(sys.argv[3]), database(sys.argv[4])
 print(f"example database: one host {len(one)} files, merged {len(union)} files, equal: {one == union}")
+for name in sorted(one ^ union):
+    print(f"  only in the {'merged' if name in union else 'one host'} database: {name}")
 EOF
 } 2>&1 | tee "$OUT/shards.log"
