@@ -250,12 +250,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def known_targets() -> list[str]:
-    from fuzz.targets import lookup
-
-    return [t.name for t in lookup([])]
-
-
 PROFILES = {
     # Deterministic and bounded: the same examples on every machine, minutes on a laptop.
     "premerge": {"seed": 0, "max_examples": 100, "coverage": "with-sources"},

@@ -170,11 +170,6 @@ def interrupted_by() -> str:
     return _GUARD.received or "SIGINT"
 
 
-def exit_code_of(signal_name: str) -> int:
-    """128 + the signal's number: 130 for SIGINT, 143 for SIGTERM."""
-    return 128 + int(getattr(signal, signal_name, signal.SIGINT))
-
-
 def current_phase() -> str:
     """The phase the guarded run is in (the last one entered)."""
     return _GUARD.phase

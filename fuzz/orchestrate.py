@@ -9,7 +9,6 @@ pytest-xdist instead.
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 
 def fuzz_all(targets: list[Target], config: RunConfig, hooks: Hooks = NO_HOOKS,
              isolation: Isolation | None = None, items: list[Item] | None = None,
-             announce: bool = False, seconds: float | None = None) -> list[TargetEntry]:
+             seconds: float | None = None) -> list[TargetEntry]:
     """Fuzz every item (a target, or a piece of one), in worker processes when
     ``isolation`` is given; return one entry per target. A budget (``seconds``,
     default the config's) is shared fairly by the items (fuzz.budget); time one
@@ -51,11 +50,7 @@ def fuzz_all(targets: list[Target], config: RunConfig, hooks: Hooks = NO_HOOKS,
         if isolation is not None:
             isolation.discard_worker()
         raise Interrupted(add_entries(entries), signal_name) from None
-    result = add_entries(entries)
-    if announce:
-        for entry in result:
-            announce_entry(entry)
-    return result
+    return add_entries(entries)
 
 
 def run_item(item: Item, config: RunConfig, isolation: Isolation | None, deadline: float | None,
@@ -70,9 +65,3 @@ def run_item(item: Item, config: RunConfig, isolation: Isolation | None, deadlin
 
     return fuzz_target(item.target, item_config, deadline, hooks).entry()
 
-
-def announce_entry(entry: TargetEntry) -> None:
-    if entry.verdict == "skipped":
-        sys.stderr.write(f"[fuzz] {entry.name}: skipped ({entry.skipped})\n")
-    else:
-        sys.stderr.write(f"[fuzz] {entry.name}: {entry.examples} examples, {entry.verdict}\n")
