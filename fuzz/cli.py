@@ -3,7 +3,7 @@
 Subcommands: list, run, replay, coverage, merge-reports, corpus-merge, trend, selftest, provenance, sources, new-target.
 
 Exit codes: 0 no failure, 1 a failing verdict found (or a replayed failure still fails), 2 usage or input
-error -- one line on stderr naming the problem and the fix, before any work -- or a fuzzer bug, 3 incomplete
+error -- one line on stderr naming the problem and the fix, before any work --, 4 a fuzzer bug, 3 incomplete
 (some target x device ran no example, could not be built, or a check asked for could not run; a merge holding
 an interrupted part or missing shards), 128 + N stopped by signal N (the report of what finished is still
 written: fuzz/interrupts.py; merge-reports exits by what it merged, never by an input's signal).
@@ -16,6 +16,7 @@ import json
 import math
 import random
 import sys
+import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
@@ -26,7 +27,7 @@ from fuzz.corpusmerge import add_parser as add_corpus_merge_parser
 from fuzz.corpusmerge import cmd_corpus_merge
 from fuzz.errors import FuzzError, HarnessError, UsageError
 from fuzz.limits import MIN_EXAMPLE_TIMEOUT, check_workers
-from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from fuzz.model import EXIT_FAILURE, EXIT_FUZZER_BUG, EXIT_OK, EXIT_USAGE
 from fuzz.preflight import (
     check_environment,
     check_no_collisions,
@@ -53,8 +54,9 @@ from fuzz.trend import add_parser as add_trend_parser
 from fuzz.trend import cmd_trend
 
 EXIT_CODES_HELP = ("exit codes: 0 no failure, 1 a failing verdict (or a replayed failure still fails), "
-                   "2 usage or input error (one line naming the problem and the fix) or a fuzzer bug, "
-                   "3 incomplete: no failure found, but some target x device ran no example")
+                   "2 usage or input error (one line naming the problem and the fix), "
+                   "3 incomplete: no failure found, but some target x device ran no example, "
+                   "4 a fuzzer bug (please report it)")
 DEFAULT_MAX_EXAMPLES = 200
 DEFAULT_CORPUS = "fuzz-corpus"
 
@@ -203,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     merge = commands.add_parser("merge-reports", help="merge JSON reports of shards or hosts into one",
                                 epilog="exit codes, judged on the merged content: 0 no failure, 1 a failing verdict, "
-                                       "2 refused (one line, nothing written) or a fuzzer bug, 3 incomplete, also a "
+                                       "2 refused (one line, nothing written), 4 a fuzzer bug, 3 incomplete, also a "
                                        "partial merge (a part stopped by a signal, or missing shards): an input's "
                                        "signal is said in every output, never passed on as 128 + N")
     merge.add_argument("output", metavar="OUT.json")
@@ -472,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[args.command](args)
     except HarnessError as exc:
         print(f"fuzz: internal error (a fuzzer bug, please report it): {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_FUZZER_BUG
     except UsageError as exc:
         print(f"fuzz: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -482,3 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fuzz: interrupted; saved failures and the example database are kept", file=sys.stderr)
         return 130
+    except Exception:  # noqa: BLE001 -- an unforeseen exception is a fuzzer bug, not a failing verdict (1)
+        traceback.print_exc()
+        print("fuzz: internal error (a fuzzer bug, please report it with the traceback above)", file=sys.stderr)
+        return EXIT_FUZZER_BUG

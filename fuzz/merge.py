@@ -24,7 +24,7 @@ placement; tests/unit/test_merge.py runs it). A merge missing some shards is sti
 written, with ``complete: false`` and the ``missing`` shards in its scope, and
 can be merged again with them. The exit code follows the run's rule, judged on the merged content: a merge
 is never "interrupted" itself, so one holding an interrupted part (``interrupted`` names its signal,
-``merged_from`` which part) or missing shards exits 3 (incomplete) unless a failure (1) or fuzzer error (2)
+``merged_from`` which part) or missing shards exits 3 (incomplete) unless a failure (1) or fuzzer error (4)
 says more; every output says it is partial and which planned targets never ran (``Report.partial``,
 ``Report.never_ran``). Each input's machine use
 (``run.machine``: rates, GPU readings, sharing) is kept as ``run.machines``, one per input with its file

@@ -10,7 +10,7 @@ exit code -- is rendered from them. So each rule lives here once:
   showed, ``untested`` when no example ran (never "agree");
 * ``a + b``: entries of one target from restarted workers, pieces, shards or
   hosts add up to what one run would have reported;
-* ``Report.exit_code()``: 0 clean, 1 a failing verdict, 2 a fuzzer error,
+* ``Report.exit_code()``: 0 clean, 1 a failing verdict, 4 a fuzzer error,
   3 incomplete (some target × device ran no example, or a side could not be
   built for a target: ``cannot-build``).
 
@@ -48,6 +48,9 @@ REPORT_FORMAT = "syncfuzz-report/2"
 READABLE_FORMATS = (REPORT_FORMAT,)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+# A fuzzer bug (a strategy, oracle or the engine itself failed): never a usage error's 2, so CI and a
+# Kubernetes failure policy can tell "fix your command" from "report this to syncfuzz".
+EXIT_FUZZER_BUG = 4
 SIDES = ("legacy", "optimized")
 
 
@@ -509,13 +512,13 @@ class Report:
     interrupted: str | None = None
 
     def exit_code(self) -> int:
-        """128 + signal if this run was interrupted, 2 a fuzzer error, 1 a failure not accepted as
+        """128 + signal if this run was interrupted, 4 a fuzzer error, 1 a failure not accepted as
         known, 3 incomplete (a merge holding an interrupted part or missing a shard is: the merge itself
         was not stopped, its content is partial), 0 clean."""
         if self.interrupted and not self.is_merge:
             return 128 + {"SIGINT": 2, "SIGTERM": 15}.get(self.interrupted, 2)
         if any(e.fuzzer_error for e in self.targets):
-            return EXIT_USAGE
+            return EXIT_FUZZER_BUG
         if self.new_failures():
             return EXIT_FAILURE
         if self.untested() or self.cannot_build() or self.upstream_not_compared() or self.unreached() \

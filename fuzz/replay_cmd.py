@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from fuzz.errors import HarnessError, UsageError
-from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
+from fuzz.model import EXIT_FAILURE, EXIT_FUZZER_BUG, EXIT_INCOMPLETE, EXIT_OK
 
 if TYPE_CHECKING:
     from fuzz.releases import SideChange
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 EXIT_CODES = (
     "exit codes: FILE: 0 no longer fails (or still fails as a --known-issues entry accepts), 1 still fails, "
     "2 unusable (one line, nothing replayed). DIR, the first that applies: 1 a file still fails and no known "
-    "issue accepts it; 2 a fuzzer error, or no file of the folder can be replayed (one line, nothing replayed); "
+    "issue accepts it; 4 a fuzzer error; 2 no file of the folder can be replayed (one line, nothing replayed); "
     "3 incomplete: a file was invalid or needs a GPU this host lacks, the others replayed and none still fails; "
     "0 every file replayed, none still fails. With --strict, a file that cannot be replayed exactly as saved "
     "(a changed side included) is one line and exit 2 before anything is replayed, as for FILE.")
@@ -244,7 +244,7 @@ def folder_exit_code(outcomes: list[str]) -> int:
     if "still fails" in outcomes:
         return EXIT_FAILURE
     if "fuzzer error" in outcomes:
-        return EXIT_USAGE
+        return EXIT_FUZZER_BUG
     if "invalid" in outcomes or "skipped" in outcomes:
         return EXIT_INCOMPLETE
     return EXIT_OK

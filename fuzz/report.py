@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Callable, TextIO
 
 from fuzz.machine import machine_lines, report_machines
-from fuzz.model import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Report, TargetEntry
+from fuzz.model import EXIT_FAILURE, EXIT_FUZZER_BUG, EXIT_INCOMPLETE, EXIT_OK, Report, TargetEntry
 from fuzz.reachdata import line_counts, merged_changes, percent, uncovered, unreached, unreached_side
 from fuzz.verdicts import CRASH_VERDICTS, SAME_CODE, SKIPPED, UNREACHED, UNTESTED
 
@@ -142,7 +142,7 @@ def retired_reason(record: Mapping[str, Any]) -> str:
 EXIT_MEANINGS = {
     EXIT_OK: "no failure",
     EXIT_FAILURE: "a failing verdict was found",
-    EXIT_USAGE: "a fuzzer error (FUZZER BUG above)",
+    EXIT_FUZZER_BUG: "a fuzzer error (FUZZER BUG above)",
     EXIT_INCOMPLETE: "incomplete: no failure found, but the run did not show all it was asked to",
 }
 

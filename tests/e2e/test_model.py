@@ -15,6 +15,7 @@ from fuzz.cli import main
 from fuzz.formats import junit_xml, markdown
 from fuzz.model import (
     EXIT_FAILURE,
+    EXIT_FUZZER_BUG,
     EXIT_INCOMPLETE,
     EXIT_OK,
     EXIT_USAGE,
@@ -73,10 +74,11 @@ def test_a_known_failure_does_not_fail_the_run_but_untested_still_counts():
     assert Report((entry(failures=(failure(known="accepted"),)), UNTESTED)).exit_code() == EXIT_INCOMPLETE
 
 
-def test_a_fuzzer_error_is_exit_2_and_named_everywhere():
+def test_a_fuzzer_error_is_exit_4_and_named_everywhere():
+    """A fuzzer bug has its own exit code: not a usage error's 2, and it outranks a failure found."""
     broken = entry(fuzzer_error="strategy exploded")
     report = Report((broken, entry("u", failures=(failure(),))))
-    assert report.exit_code() == EXIT_USAGE
+    assert report.exit_code() == EXIT_FUZZER_BUG == 4 != EXIT_USAGE
     assert broken.verdict == broken.verdict_on("cpu") == "fuzzer-error"
     assert "fuzzer-error" in summary_table(report.targets)
     assert ET.fromstring(junit_xml(report)).get("errors") == "1"
@@ -178,8 +180,8 @@ def test_merge_reports_exits_as_the_merged_run_would(tmp_path):
     # Shard 2/2 missing: the merge does not show all its run was asked to (issue 45).
     assert main(["merge-reports", out, clean]) == EXIT_INCOMPLETE
     bug = _write(tmp_path, "bug.json", entry(fuzzer_error="boom"), shard=(2, 2))
-    assert main(["merge-reports", out, clean, bug]) == EXIT_USAGE
-    assert json.loads((tmp_path / "m.json").read_text())["exit_code"] == EXIT_USAGE
+    assert main(["merge-reports", out, clean, bug]) == EXIT_FUZZER_BUG
+    assert json.loads((tmp_path / "m.json").read_text())["exit_code"] == EXIT_FUZZER_BUG
     untested = _write(tmp_path, "untested.json", UNTESTED, shard=(2, 2))
     assert main(["merge-reports", out, clean, untested]) == EXIT_INCOMPLETE
     # One shard ran nothing on cuda, the other did: together the target is tested.

@@ -117,3 +117,28 @@ def test_console_entry_point_runs_in_a_fresh_process():
     result = cli("list", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)
+
+
+def test_a_fuzzer_bug_is_exit_4_with_its_traceback_never_a_failing_verdict(capsys, monkeypatch):
+    """An unforeseen exception is a fuzzer bug: exit 4 with the traceback and one line saying so, not Python's
+    exit 1 (which reads as "a failure was found"), nor a usage error's 2."""
+    import fuzz.cli
+    from fuzz.errors import HarnessError
+
+    def broken(args):
+        raise ZeroDivisionError("a bug in the engine")
+
+    monkeypatch.setattr(fuzz.cli, "cmd_list", broken)
+    assert main(["list"]) == 4
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ZeroDivisionError: a bug in the engine" in err
+    assert err.strip().splitlines()[-1] == "fuzz: internal error (a fuzzer bug, please report it with the " \
+                                           "traceback above)"
+
+    def harness(args):
+        raise HarnessError("selftest: no function starts at line 3")
+
+    monkeypatch.setattr(fuzz.cli, "cmd_list", harness)
+    assert main(["list"]) == 4
+    assert capsys.readouterr().err.strip() == "fuzz: internal error (a fuzzer bug, please report it): selftest: no " \
+                                              "function starts at line 3"

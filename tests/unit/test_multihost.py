@@ -186,7 +186,7 @@ def test_a_finding_fails_its_index_without_retry_and_infrastructure_failures_ret
     (fail_index,) = re.findall(r"- action: FailIndex\n\s+onExitCodes:\n\s+containerName: fuzz\n\s+operator: In\n"
                                r"\s+values: \[([\d, ]+)\]", fuzz_job)
     verdicts = {int(v) for v in fail_index.split(",")}
-    assert 1 in verdicts  # a failure found
+    assert {1, 2, 3, 4} <= verdicts  # a failure found, refused, incomplete, a fuzzer bug: a retry gives the same
     assert not verdicts & {75, 137, 143}  # set-up trouble, OOM kill, SIGTERM: retried
     assert re.search(r"- action: Ignore\n\s+onPodConditions:\n\s+- type: DisruptionTarget", fuzz_job)
     assert re.search(r"- name: fuzz\n", fuzz_job)  # the container the rule names
