@@ -1,7 +1,7 @@
 """Reads the reports of lab/scripts/gpu_share_bench.sh and lab/scripts/mps_fault_trials.sh and prints the
 issue #25 figures, each with PASS or FAIL (docs/gpu-sharing.md, lab/gpu-runs/).
 
-    python3 lab/scripts/mps_check.py nightly OFF.json MPS.json [MPS2.json ...] # MPS >= 3x the examples, all items served
+    python3 lab/scripts/mps_check.py nightly OFF.json MPS.json [MPS2.json ...]  # MPS >= 3x examples, every item served
     python3 lab/scripts/mps_check.py scale ONE.json MANY.json     # MANY workers >= 0.7 x N x one worker (CUDA)
     python3 lab/scripts/mps_check.py trial FAULT_TARGET REPORT.json  # the fault contained (see below)
     python3 lab/scripts/mps_check.py threads DEFAULT.json ONE.json   # examples with BLAS/OpenMP at 1 thread vs not
