@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]  # the source tree: fuzz/, legac
 # The thread pools a worker's libraries start for themselves. torch's intra-op threads are set in the fuzz
 # process (fuzz.runner.single_threaded, SYNCFUZZ_THREADS); these are read from the environment when each
 # library loads, so they must be set before the process starts. Measured on the H200 host (16 cores,
-# 2026-12-02, docs/gpu-runs/2026-12-02-mps-h200.md): a CPU-only 16-worker run of two targets did 1.53x
+# 2026-12-02, lab/gpu-runs/2026-12-02-mps-h200.md): a CPU-only 16-worker run of two targets did 1.53x
 # the examples with them at 1 (72,953 vs 47,806 in 20 s); on the 2-core host no difference.
 THREAD_POOL_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 

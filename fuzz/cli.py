@@ -288,7 +288,7 @@ def _apply_profile(args: argparse.Namespace) -> None:
     if args.max_examples is None and args.budget is None:
         args.max_examples = DEFAULT_MAX_EXAMPLES
     if args.coverage is None:
-        # The profiles' coverage (docs/reach.md, docs/benchmarks.md "reach"): nightly always (its shape costs
+        # The profiles' coverage (docs/reach.md, lab/benchmarks/history.md "reach"): nightly always (its shape costs
         # +14% median on the H200); premerge when a side comes from a source, whose question includes what
         # the change left unfuzzed (copy-vs-copy premerge costs +23%, over the 15% bar: --coverage asks).
         wanted = profile.get("coverage", False)

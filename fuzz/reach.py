@@ -79,7 +79,7 @@ class Measure:
     def on(self, device: str) -> None:
         """Trace from here: one side's upstream call on ``device``. Only the calls are traced -- not
         Hypothesis, building inputs, comparing or the oracles: tracing the whole target cost +57..103% per
-        example on the 2-core host, tracing each example +16..57% (bench part v, docs/benchmarks.md)."""
+        example on the 2-core host, tracing each example +16..57% (bench part v, lab/benchmarks/history.md)."""
         if self.refused is None and not self.running:
             self.collector.switch(device)
             self.running = True

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The check every change to a CUDA path runs on the GPU host before it is
-# called done (docs/gpu-runs/ keeps each run): the WHOLE test suite, slow tests
+# called done (lab/gpu-runs/ keeps each run): the WHOLE test suite, slow tests
 # included, then a short all-target CUDA fuzz (and the run's replays). Writes
 # to $OUT (or ./gpu-out): check.log, pytest.log, cuda.json, cuda.md.
 # SIDES="vllm==0.28.0:vllm==0.34.0 ..." adds, first, a pre-merge CUDA run per LEGACY:OPTIMIZED pair of sides

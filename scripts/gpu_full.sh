@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full GPU check kept in docs/gpu-runs/: every target on CUDA under the
+# The full GPU check kept in lab/gpu-runs/: every target on CUDA under the
 # caller and wide contracts and under --stress, the planted crash / sync /
 # race bugs with replay, and the CUDA test suite. Writes to $OUT:
 # session.log, cuda-caller.json, cuda-wide.json, cuda-stress.json, planted.json,

@@ -1,6 +1,6 @@
 """Targets whose optimized side raises a fatal CUDA fault on some inputs (GPU hosts only).
 
-For the fault-containment trials under CUDA MPS (scripts/mps_fault_trials.sh,
+For the fault-containment trials under CUDA MPS (lab/scripts/mps_fault_trials.sh,
 docs/gpu-sharing.md#faults): beside real targets on other workers sharing the GPU,
 ``fault-device-assert`` trips a device-side assert (an out-of-range index in a torch
 kernel) and ``fault-illegal-address`` a store far outside any allocation (a Triton

@@ -7,7 +7,7 @@ Adding a target means adding a record (or a module), never touching the engine.
 ``expected_optimized_syncs`` is the number of GPU<->CPU syncs the optimized
 side makes per call on CUDA *by design* (upstream keeps some under
 ``gpu_sync_allowed``); more is a sync regression. The values were measured on
-an H200 (docs/gpu-runs/).
+an H200 (lab/gpu-runs/).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ TARGETS = [
         inputs="strategies.v1_utils:CopyToGpuInputs",
         comparison=Comparison(floats="exact"),
         # By design none: a non_blocking H2D copy (pinning a pageable slice first is a host copy).
-        # To be confirmed on CUDA (docs/gpu-runs/).
+        # To be confirmed on CUDA (lab/gpu-runs/).
         expected_optimized_syncs=0,
         versions=VERSIONS,
         description="PR #56888: copy_to_gpu stages the host slice through pinned memory (0.29.0 -> 0.30.0)",

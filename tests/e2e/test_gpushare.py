@@ -4,7 +4,7 @@ A fake ``nvidia-cuda-mps-control`` on PATH stands in for NVIDIA's: ``-d`` starts
 background process named like the daemon (so fuzz.gpushare finds it in /proc) that
 creates ``control`` in its pipe folder and ends when ``quit`` is sent. The client probe
 (a CUDA context through libcuda) is replaced where a test needs the server to take
-clients. The real daemon's behaviour is recorded in docs/gpu-runs/2026-12-02-mps-h200.md.
+clients. The real daemon's behaviour is recorded in lab/gpu-runs/2026-12-02-mps-h200.md.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def test_column_major_chunk_indices_are_a_layout_divergence():
 def test_column_major_h2d_shows_under_the_wide_contract_only():
     target = PLANTS["planted-layout-shim-column-major"].target()
     assert not fuzz(target, max_examples=100).failures  # the caller model draws 1-D data only
-    # 1000: on the H200 host (torch 2.11) seed 0 first reports it at example 264 (scripts/detection_probe.py).
+    # 1000: on the H200 host (torch 2.11) seed 0 first reports it at example 264 (lab/scripts/detection_probe.py).
     outcome = fuzz(target, max_examples=1000, contract="wide")
     assert outcome.failures and {m.what for f in outcome.failures for m in f.mismatches} == {"layout"}
     assert not fuzz(_undeclared(target), max_examples=300, contract="wide").failures

@@ -587,7 +587,7 @@ CASES: dict[str, Case] = dict([
     ("new-target-same-versions-under-root", cmd("new-target", "my-target", "--upstream", SHIPPED_REF,
                                                 "--legacy-version", "0.30.0", "--optimized-version", " 0.30.0",
                                                 "--root", checkout_naming("their-target"))),
-    # issue 45, a second bad-input pass (scripts/bad_input_pass.py): refused before any download or write
+    # issue 45, a second bad-input pass (lab/scripts/bad_input_pass.py): refused before any download or write
     ("new-target-version-not-a-release", cmd("new-target", "my-target", "--upstream", SHIPPED_REF, "--legacy-version",
                                              "old", "--optimized-version", "0.30.0", "--module", "not_here_yet")),
     ("new-target-version-with-vllm-prefix", cmd("new-target", "my-target", "--upstream", SHIPPED_REF,

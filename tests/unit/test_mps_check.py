@@ -1,4 +1,4 @@
-"""scripts/mps_check.py reads issue #25's nightly pair and says PASS or FAIL for each figure, with the
+"""lab/scripts/mps_check.py reads issue #25's nightly pair and says PASS or FAIL for each figure, with the
 per-target gains and each run's pace (docs/gpu-sharing.md). Checked on a recorded H200 pair."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "docs" / "gpu-runs" / "data"
+DATA = ROOT / "lab" / "gpu-runs" / "data"
 
 
 def _nightly(off: str, mps: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "mps_check.py"), "nightly", str(DATA / off),
+    return subprocess.run([sys.executable, str(ROOT / "lab" / "scripts" / "mps_check.py"), "nightly", str(DATA / off),
                            str(DATA / mps)], capture_output=True, text=True, timeout=60)
 
 
@@ -37,7 +37,7 @@ def test_a_run_against_itself_fails_the_modes_and_the_ratio():
 
 def test_mps_runs_bracketing_off_are_each_checked_and_the_lowest_decides():
     # 2026-12-03d: mps, off, mps in one call. Each mps run gets its pair's figures, then the bracket line.
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "mps_check.py"), "nightly",
+    done = subprocess.run([sys.executable, str(ROOT / "lab" / "scripts" / "mps_check.py"), "nightly",
                            str(DATA / "2026-12-03d-nightly-off-summary.json"),
                            str(DATA / "2026-12-03d-nightly-mps-summary.json"),
                            str(DATA / "2026-12-03d-nightly-mps-2-summary.json")],
@@ -51,7 +51,7 @@ def test_mps_runs_bracketing_off_are_each_checked_and_the_lowest_decides():
 
 
 def test_nightly_without_an_mps_report_is_one_line_and_exit_2():
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "mps_check.py"), "nightly",
+    done = subprocess.run([sys.executable, str(ROOT / "lab" / "scripts" / "mps_check.py"), "nightly",
                            str(DATA / "2026-12-03d-nightly-off-summary.json")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "at least one mps report" in done.stderr
@@ -66,13 +66,13 @@ def test_a_pair_of_this_tree_at_3x_passes():
 def _share_bench(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_share_bench.sh")], cwd=ROOT, capture_output=True,
+    return subprocess.run(["bash", str(ROOT / "lab" / "scripts" / "gpu_share_bench.sh")], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "OUT": str(tmp_path), **env})
 
 
 def test_the_share_bench_exits_with_its_checks_alone(tmp_path):
     """A part left out of PARTS is no failure (it exited 1 when `threads` was left out, whatever the checks
-    said: docs/gpu-runs/2026-12-03e-h200.md); a check that fails or cannot run is."""
+    said: lab/gpu-runs/2026-12-03e-h200.md); a check that fails or cannot run is."""
     assert _share_bench(tmp_path, PARTS="none").returncode == 0
     cannot = _share_bench(tmp_path, PARTS="nightly", NIGHTLY_ORDER=" ")  # no run: nothing for the check to read
     assert cannot.returncode == 1 and "give the off report" in cannot.stdout

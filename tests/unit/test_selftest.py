@@ -12,7 +12,7 @@ from fuzz.targets import lookup
 
 # Reached on 2026-11-29 (CPU, 100 examples per mutant, equivalents excluded):
 # 100% on every target but glm4v-embeddings (58/59) and diffusion-gemma-sampler
-# (docs/selftest.md). CI keeps the fast targets at 100% (each under ~15 s).
+# (lab/selftest/2026-11-29.md). CI keeps the fast targets at 100% (each under ~15 s).
 FLOOR = {"fla-chunk-indices": 1.0, "fla-chunk-offsets": 1.0, "keye-vision-split": 1.0,
          "paddleocr-encode-image": 1.0, "ernie-encoder-metadata-graph": 1.0, "async-tensor-h2d": 1.0,
          "keep-on-cpu-ultravox-audio-lens": 1.0}
