@@ -1,1 +1,1 @@
-"""End-to-end tests: whole fuzz runs, worker processes, replays, signals (README: Tests)."""
+"""End-to-end tests: whole fuzz runs, worker processes, replays, signals (docs/usage.md: the tests)."""
