@@ -27,6 +27,7 @@ from fuzz.targets import CONTRACTS
 
 SYNC_BUDGET_MODES = ("auto", "apply", "ignore")  # RunConfig.sync_budget, --sync-budget (fuzz/syncrule.py)
 GPU_SHARE_MODES = ("auto", "mps", "off")  # RunConfig.gpu_share, --gpu-share (fuzz/gpushare.py)
+COPY = "copy"  # a side that is the frozen copy under legacy/ or optimized/ (fuzz/releases/sides.py)
 REQUIRE_CHANGES_MODES = ("all", "sync")  # RunConfig.require_changes_covered as a string (True: the flag alone)
 
 
@@ -62,8 +63,8 @@ class RunConfig:
     shard: str | None = None  # "i/n": this host's share of the items
     profile: str | None = None  # premerge / nightly, as asked (already applied to the fields)
     # Each role's code (fuzz/releases/sides.py): "copy", "vllm==X.Y.Z" or an absolute path to a vllm source.
-    legacy: str = "copy"
-    optimized: str = "copy"
+    legacy: str = COPY
+    optimized: str = COPY
     sources: tuple[str, ...] = ()  # folders of source packs (--sources) where vllm==X sides resolve
     # With a side from a source, whether the targets' declared sync budgets apply on top of the relative rule
     # (fuzz/syncrule.py): "auto" (only to code that descends from the budget's release), "apply", "ignore".

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from fuzz import journals
-from fuzz.config import RunConfig
+from fuzz.config import COPY, RunConfig
 from fuzz.errors import UsageError
 from fuzz.limits import check_budget, check_workers, fuzz_seconds
 from fuzz.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Failure, Interrupted, Report, TargetEntry
@@ -101,7 +101,7 @@ def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) ->
 
     enter("set-up")
     config.validate()
-    if config.legacy == config.optimized != RunConfig().legacy:
+    if config.legacy == config.optimized != COPY:
         # Every target would run one code on both sides: same-code everywhere, which is no evidence.
         raise UsageError(f"--legacy and --optimized are both {config.legacy!r}, so both sides would run the same "
                          "code; give two different releases or paths (or neither: the copies)")

@@ -66,16 +66,20 @@ def shim_text(form: str, target: str, old: str = "vllm/utils/x.py") -> str:
     raise ValueError(form)
 
 
-def plain_tree(tmp_path: Path, name: str = "plain", edits: dict[str, tuple[str, str]] = {}) -> Path:  # noqa: B006
-    """The shipped 0.34.0 pack as a checkout (no manifest), with ``{path: (old, new)}`` applied."""
-    root = tmp_path / name
-    shutil.copytree(PACK, root)
+def pack_checkout(pack: Path, root: Path, edits: dict[str, tuple[str, str]] = {}) -> Path:  # noqa: B006
+    """A shipped source ``pack`` as a checkout at ``root`` (no manifest), with ``{path: (old, new)}`` applied."""
+    shutil.copytree(pack, root)
     (root / "MANIFEST.json").unlink()
     for path, (old, new) in edits.items():
         text = (root / path).read_text()
         assert old in text, f"{old!r} is not in {path}"
         (root / path).write_text(text.replace(old, new, 1))
     return root
+
+
+def plain_tree(tmp_path: Path, name: str = "plain", edits: dict[str, tuple[str, str]] = {}) -> Path:  # noqa: B006
+    """The shipped 0.34.0 pack as a checkout (no manifest), with ``{path: (old, new)}`` applied."""
+    return pack_checkout(PACK, tmp_path / name, edits)
 
 
 def shimmed_tree(tmp_path: Path, forms: dict[str, str], name: str = "shimmed",

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from fuzz.config import COPY
 from fuzz.errors import UsageError
 from fuzz.releases.common import side_version, version_key
 from fuzz.releases.packs import SHIPPED_PACKS, catalog_paths, release_source
@@ -45,7 +46,6 @@ from fuzz.releases.verify import upstream_files_by_module
 from fuzz.targets import FORM_ATTRIBUTE, RELEASE_ATTRIBUTE, Target
 from fuzz.versions import DEFAULT_PAIR
 
-COPY = "copy"
 ROLES = ("legacy", "optimized")
 PACKAGE = "syncfuzz_sides"
 

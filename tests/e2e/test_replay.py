@@ -238,12 +238,18 @@ def test_replay_of_a_folder_exit_codes_invalid_input_and_gpu_only(tmp_path, caps
 FOLDER_BAD_FILES = ["unknown-target", "truncated", "untrusted-target-module"]
 
 
-@pytest.mark.parametrize("name", FOLDER_BAD_FILES)
-def test_a_bad_file_in_a_folder_is_an_invalid_row_and_the_rest_replays(name, tmp_path, capsys):
+def _folder_with_one_bad_file(tmp_path, name: str):
+    """A failures/ folder: a fine repro (a-fine-one.json) and the bad file ``name`` (z-NAME.json)."""
     folder = tmp_path / "failures"
     folder.mkdir()
     _write(folder, "a-fine-one.json", _valid_payload())
     _write(folder, f"z-{name}.json", BAD_FILES[name][0])
+    return folder
+
+
+@pytest.mark.parametrize("name", FOLDER_BAD_FILES)
+def test_a_bad_file_in_a_folder_is_an_invalid_row_and_the_rest_replays(name, tmp_path, capsys):
+    folder = _folder_with_one_bad_file(tmp_path, name)
     assert main(["replay", str(folder)]) == 3  # incomplete: one file could not be checked
     captured = capsys.readouterr()
     rows = _table(captured.out)
@@ -257,10 +263,7 @@ def test_a_bad_file_in_a_folder_is_an_invalid_row_and_the_rest_replays(name, tmp
 
 @pytest.mark.parametrize("name", FOLDER_BAD_FILES)
 def test_strict_a_bad_file_in_a_folder_is_one_line_naming_it_before_any_replay(name, tmp_path, capsys):
-    folder = tmp_path / "failures"
-    folder.mkdir()
-    _write(folder, "a-fine-one.json", _valid_payload())
-    _write(folder, f"z-{name}.json", BAD_FILES[name][0])
+    folder = _folder_with_one_bad_file(tmp_path, name)
     assert main(["replay", str(folder), "--strict"]) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()

@@ -24,6 +24,7 @@ from fuzz.releases.packs import SHIPPED_PACKS, PackSource, read_manifest
 from fuzz.releases.sides import CannotBuild, bind, check_side, template_for
 from fuzz.runner import fuzz_target
 from fuzz.targets import lookup
+from tests.shimtrees import pack_checkout
 from tests.support import cli
 
 FLA = "vllm/third_party/flash_linear_attention/ops/index.py"
@@ -37,14 +38,7 @@ def default_pair_targets() -> list:
 
 def tree(tmp_path: Path, edits: dict[str, tuple[str, str]] = {}) -> Path:  # noqa: B006 -- read only
     """The shipped 0.28.0 pack as a checkout (no manifest), with ``{path: (old, new)}`` applied."""
-    root = tmp_path / "vllm-branch"
-    shutil.copytree(SHIPPED_PACKS / "vllm-0.28.0", root)
-    (root / "MANIFEST.json").unlink()
-    for path, (old, new) in edits.items():
-        text = (root / path).read_text()
-        assert old in text, f"{old!r} is not in {path}"
-        (root / path).write_text(text.replace(old, new, 1))
-    return root
+    return pack_checkout(SHIPPED_PACKS / "vllm-0.28.0", tmp_path / "vllm-branch", edits)
 
 
 # --------------------------------------------------------------------------- the merge

@@ -178,12 +178,18 @@ def _tree(tmp_path: Path, name: str, text: str) -> Path:
     return root
 
 
-def test_the_cli_writes_under_root_and_exits_2_on_each_refusal(tmp_path, capsys):
+def toy_request(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A checkout to write into and the new-target command line of the toy target, from two toy releases."""
     repo = checkout(tmp_path / "repo")
     old, new = _tree(tmp_path, "old", OLD), _tree(tmp_path, "new", NEW)
-    argv = ["new-target", "toy-buffer-copy", "--upstream", f"{PATH}::Buffer.copy", "--also", f"{PATH}::Buffer.__init__",
-            "--legacy-version", "0.29.0", "--optimized-version", "0.30.0", "--root", str(repo),
-            "--legacy-source", str(old), "--optimized-source", str(new)]
+    return repo, ["new-target", "toy-buffer-copy", "--upstream", f"{PATH}::Buffer.copy", "--also",
+                  f"{PATH}::Buffer.__init__", "--legacy-version", "0.29.0", "--optimized-version", "0.30.0",
+                  "--root", str(repo), "--legacy-source", str(old), "--optimized-source", str(new)]
+
+
+def test_the_cli_writes_under_root_and_exits_2_on_each_refusal(tmp_path, capsys):
+    repo, argv = toy_request(tmp_path)
+    new = argv[argv.index("--optimized-source") + 1]
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "wrote legacy/toy_utils.py" in out and "left to do:" in out and "provenance --target" in out
@@ -192,7 +198,7 @@ def test_the_cli_writes_under_root_and_exits_2_on_each_refusal(tmp_path, capsys)
     for bad, message in [
         (argv, "already exists; pick another name"),  # the name is taken in the checkout written into
         ([argv[0], "toy-buffer-copy-two", *argv[2:]], "never overwrites"),
-        ([*argv[:-4], "--legacy-source", str(tmp_path / "nowhere"), "--optimized-source", str(new), "--module", "x"],
+        ([*argv[:-4], "--legacy-source", str(tmp_path / "nowhere"), "--optimized-source", new, "--module", "x"],
          "does not exist"),
         ([*argv, "--module", "y", "--root", str(tmp_path / "no-repo")], "is not a directory"),
     ]:
@@ -205,11 +211,7 @@ def test_the_cli_writes_under_root_and_exits_2_on_each_refusal(tmp_path, capsys)
 
 def test_a_name_taken_in_the_checkout_written_into_is_refused(tmp_path, capsys):
     """--root OTHER: the names are those of the checkout the record goes into, not of the running one."""
-    repo = checkout(tmp_path / "repo")
-    old, new = _tree(tmp_path, "old", OLD), _tree(tmp_path, "new", NEW)
-    argv = ["new-target", "toy-buffer-copy", "--upstream", f"{PATH}::Buffer.copy", "--also", f"{PATH}::Buffer.__init__",
-            "--legacy-version", "0.29.0", "--optimized-version", "0.30.0", "--root", str(repo),
-            "--legacy-source", str(old), "--optimized-source", str(new)]
+    repo, argv = toy_request(tmp_path)
     assert main(argv) == 0, capsys.readouterr().err
     capsys.readouterr()
     assert main([*argv, "--module", "again"]) == 2  # another module, the same target name: a duplicate there

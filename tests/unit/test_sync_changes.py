@@ -164,13 +164,19 @@ def test_the_footer_says_changed_sync_relevant_and_other_with_the_untaken_change
     assert untaken_text(record()["changed"][0], 1) == "optimized lines 812 +1 more"
 
 
-def test_an_old_report_keeps_the_old_footer_and_loads():
+def record_before_the_sync_mark() -> dict:
+    """``record()`` as a report from before the sync-relevant mark and the untaken lines wrote it."""
     old = record()
     for item in old["changed"]:
         for key in ("sync_relevant", "sync", "changed_lines", "untaken"):
             item.pop(key, None)
     for key in ("sync_relevant", "sync_fuzzed", "require"):
         old.pop(key)
+    return old
+
+
+def test_an_old_report_keeps_the_old_footer_and_loads():
+    old = record_before_the_sync_mark()
     assert change_line(old) == ("changed: 4 definitions between vllm==0.28.0 and vllm==0.34.0; fuzzed 3 "
                                 f"(lines reached 80%); not covered 1: {QUIET_REF}")
     loaded = Report.from_json(json.loads(json.dumps(report({**old, "required": True}).to_json())), "old")
@@ -272,12 +278,7 @@ def test_old_and_new_reports_load_in_merge_reports_and_trend(tmp_path, capsys):
 
     sides = {role: {"kind": "release", "version": v, "code_sha256": v}
              for role, v in (("legacy", "0.28.0"), ("optimized", "0.34.0"))}
-    old = record()
-    for item in old["changed"]:
-        for key in ("sync_relevant", "sync", "changed_lines", "untaken"):
-            item.pop(key, None)
-    for key in ("sync_relevant", "sync_fuzzed", "require"):
-        old.pop(key)
+    old = record_before_the_sync_mark()
     paths = []
     for name, flag, changes in (("old", True, {**old, "required": True}), ("new", "sync", record("sync"))):
         config = RunConfig(targets=("t",), legacy="vllm==0.28.0", optimized="vllm==0.34.0", coverage=True,
