@@ -6,7 +6,7 @@ a. harness overhead: seconds per example of the fuzzer (in-process engine)
 b. examples-to-detection of the planted bugs (median and max);
 c. scaling of ``--workers`` 1 -> N (efficiency = speedup / N), on a fixed
    number of examples or, with ``--budget``, for a fixed time (the nightly shape);
-v. the cost of measuring reach (--coverage, fuzz/reach.py): seconds per example with coverage.py
+v. the cost of measuring reach (--coverage, fuzz/reach/collect.py): seconds per example with coverage.py
    on against off, alternating, per target and device (the median of the per-pair ratios), and the
    one-time cost per process of cutting the sides' files into definitions;
 d. the launch-bound limit: one legacy+optimized+compare round per target
@@ -16,8 +16,8 @@ s. where one example's time goes, per target and device: Hypothesis alone
    (the fuzzer's settings, a body that does nothing), spec -> tensors, the two
    calls (with the sync counting armed on CUDA), the comparison, the oracles
    beyond agreement (fuzz/oracles/), the consumer's reads (targets with one),
-   each timed by the engine's own hooks (fuzz/stagetimes.py) in
-   fuzz.execute.run_example, and the fuzzer's own bookkeeping (its
+   each timed by the engine's own hooks (fuzz/engine/stagetimes.py) in
+   fuzz.engine.execute.run_example, and the fuzzer's own bookkeeping (its
    seconds per example less all of those); Hypothesis is measured in the
    fuzzer's shape (1..SPECS_PER_CASE specs per test case) and, for comparison,
    at one spec per case; with the choices Hypothesis makes per spec, its
@@ -48,9 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fuzz.config import RunConfig  # noqa: E402
-from fuzz.execute import run_example  # noqa: E402
-from fuzz.runner import fuzz_target, single_threaded  # noqa: E402
-from fuzz.stagetimes import recording  # noqa: E402
+from fuzz.engine.execute import run_example  # noqa: E402
+from fuzz.engine.runner import fuzz_target, single_threaded  # noqa: E402
+from fuzz.engine.stagetimes import recording  # noqa: E402
 from fuzz.targets import Target, lookup  # noqa: E402
 
 
@@ -89,7 +89,7 @@ def bare_given(target: Target, device: str, examples: int, seed: int) -> float:
 def engine(target: Target, device: str, examples: int, seed: int, coverage: bool = False
            ) -> tuple[float, list[dict]]:
     """Seconds per example of the fuzzer's engine (``coverage``: measuring reach), and the specs it drew."""
-    import fuzz.runner as runner
+    import fuzz.engine.runner as runner
 
     specs: list[dict] = []
     original = runner.run_example
@@ -116,7 +116,7 @@ def rounds(target: Target, specs: list[dict], device: str, oracle: bool = True) 
     """Seconds per legacy+optimized+compare round on pre-drawn specs (no
     Hypothesis); ``oracle=False`` leaves the sync counting unarmed, so the
     difference is what the sync oracle costs per example (CUDA only)."""
-    import fuzz.execute as execute
+    import fuzz.engine.execute as execute
 
     armed = execute.counting_syncs
     if not oracle:
@@ -184,7 +184,7 @@ def part_a_d(targets: list[Target], devices: list[str], examples: int, repeats: 
 def part_v(targets: list[Target], devices: list[str], examples: int, repeats: int, rows: list[dict],
            save: Callable[[], None]) -> None:
     """Coverage on vs off, alternating which runs first; the ratio is the median of the pairs'."""
-    import fuzz.reach as reach
+    import fuzz.reach.collect as reach
 
     for device in devices:
         for target in targets:
@@ -217,13 +217,13 @@ def part_v(targets: list[Target], devices: list[str], examples: int, repeats: in
 def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batch: int = 1) -> tuple[float, float]:
     """Seconds per spec of Hypothesis alone: the fuzzer's settings, a test body
     that only counts; ``batch`` > 1 draws lists of 1..batch specs per test case,
-    as the fuzzer does (fuzz.runner.SPECS_PER_CASE). Also the choices Hypothesis
+    as the fuzzer does (fuzz.engine.runner.SPECS_PER_CASE). Also the choices Hypothesis
     made per spec (its cost grows with them: every choice is recorded, spanned
     and stored in its data tree)."""
     from hypothesis import strategies as st
     from hypothesis.control import current_build_context
 
-    from fuzz.runner import hypothesis_settings, no_local_constants
+    from fuzz.engine.runner import hypothesis_settings, no_local_constants
 
     strategy = target.input_model().specs((device,), "caller")
     if batch > 1:
@@ -238,7 +238,7 @@ def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batc
         choices[0] += len(current_build_context().data.choices)
 
     start = time.perf_counter()
-    with no_local_constants():  # as fuzz.runner draws
+    with no_local_constants():  # as fuzz.engine.runner draws
         test()
     return (time.perf_counter() - start) / max(drawn[0], 1), choices[0] / max(drawn[0], 1)
 
@@ -247,8 +247,8 @@ STAGES = ("materialize", "calls", "compare", "oracles")  # always printed; "cons
 
 
 def stages(target: Target, specs: list[dict], device: str) -> dict[str, float]:
-    """Seconds per example of each stage of fuzz.execute.run_example, on pre-drawn specs: the engine's own
-    path, timed by its own hooks (fuzz/stagetimes.py), so the split cannot drift from what the fuzzer runs.
+    """Seconds per example of each stage of fuzz.engine.execute.run_example, on pre-drawn specs: the engine's own
+    path, timed by its own hooks (fuzz/engine/stagetimes.py), so the split cannot drift from what the fuzzer runs.
     On CUDA each stage syncs before its clock stops, so the kernels it queued count in it."""
     for spec in specs[:3]:
         run_example(target, spec)  # warm-up, unrecorded
@@ -268,7 +268,7 @@ def part_s(targets: list[Target], devices: list[str], examples: int, rows: list[
         for target in targets:
             engine(target, device, 5, 99)  # warm-up
             ours, specs = engine(target, device, examples, 1)
-            from fuzz.runner import MEAN_SPECS_PER_CASE, SPECS_PER_CASE
+            from fuzz.engine.runner import MEAN_SPECS_PER_CASE, SPECS_PER_CASE
 
             alone, choices = hypothesis_alone(target, device, max(examples // MEAN_SPECS_PER_CASE, 1), 1,
                                               batch=SPECS_PER_CASE)

@@ -1,6 +1,6 @@
 import sys
 
-from fuzz.interrupts import exit_now, hold_early_signals
+from fuzz.run.interrupts import exit_now, hold_early_signals
 
 hold_early_signals(sys.argv[1:])  # before the imports below: a signal during them is kept for the run
 

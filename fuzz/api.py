@@ -52,7 +52,7 @@ class InputModel(Protocol):
     The engine runs each drawn spec on every device of the run, with ``"device"`` replaced: one Hypothesis
     draw serves them all. A model whose draws depend on the device (a form only CUDA has, an input kept off
     CUDA) also defines ``runs_on(spec, device) -> bool``, false where the spec must not run on ``device``;
-    without it every spec runs on every device (fuzz.devices.on_devices)."""
+    without it every spec runs on every device (fuzz.engine.devices.on_devices)."""
 
     def specs(self, devices: Sequence[str], contract: str) -> SearchStrategy[dict]:
         """Specs: plain JSON data including ``"device"``, one of ``devices``; never tensors."""
@@ -74,7 +74,7 @@ _in_consumer: ContextVar[bool] = ContextVar("syncfuzz_in_consumer", default=Fals
 
 @contextmanager
 def consumer_reads() -> Iterator[None]:
-    """Syncs made inside are the consumer's (fuzz.syncs ``SyncTally.consumer``), not the call's: an input
+    """Syncs made inside are the consumer's (fuzz.oracles.syncs ``SyncTally.consumer``), not the call's: an input
     model's stand-in for a caller wraps its reads of the output in this."""
     token = _in_consumer.set(True)
     try:
@@ -84,5 +84,5 @@ def consumer_reads() -> Iterator[None]:
 
 
 def in_consumer_reads() -> bool:
-    """Whether the current code runs inside ``consumer_reads()`` (fuzz.syncs counts by it)."""
+    """Whether the current code runs inside ``consumer_reads()`` (fuzz.oracles.syncs counts by it)."""
     return _in_consumer.get()

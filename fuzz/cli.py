@@ -6,7 +6,7 @@ Exit codes: 0 no failure, 1 a failing verdict found (or a replayed failure still
 error -- one line on stderr naming the problem and the fix, before any work --, 4 a fuzzer bug, 3 incomplete
 (some target x device ran no example, could not be built, or a check asked for could not run; a merge holding
 an interrupted part or missing shards), 128 + N stopped by signal N (the report of what finished is still
-written: fuzz/interrupts.py; merge-reports exits by what it merged, never by an input's signal).
+written: fuzz/run/interrupts.py; merge-reports exits by what it merged, never by an input's signal).
 """
 
 from __future__ import annotations
@@ -21,22 +21,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from fuzz import journals
+from fuzz.commands.corpusmerge import add_parser as add_corpus_merge_parser
+from fuzz.commands.corpusmerge import cmd_corpus_merge
+from fuzz.commands.coverage import add_parser as add_coverage_parser
+from fuzz.commands.coverage import cmd_coverage
+from fuzz.commands.replay import add_parser as add_replay_parser
+from fuzz.commands.replay import cmd_replay
 from fuzz.config import RunConfig
-from fuzz.corpusmerge import add_parser as add_corpus_merge_parser
-from fuzz.corpusmerge import cmd_corpus_merge
+from fuzz.engine import journals
 from fuzz.errors import FuzzError, HarnessError, UsageError
-from fuzz.limits import MIN_EXAMPLE_TIMEOUT, check_workers
-from fuzz.model import EXIT_FAILURE, EXIT_FUZZER_BUG, EXIT_OK, EXIT_USAGE
-from fuzz.preflight import (
-    check_environment,
-    check_no_collisions,
-    check_output,
-    check_outputs,
-    check_overwrite,
-)
-from fuzz.reach_cmd import add_parser as add_coverage_parser
-from fuzz.reach_cmd import cmd_coverage
+from fuzz.records.model import EXIT_FAILURE, EXIT_FUZZER_BUG, EXIT_OK, EXIT_USAGE
 from fuzz.releases import (
     add_new_target_parser,
     add_provenance_parser,
@@ -45,13 +39,19 @@ from fuzz.releases import (
     cmd_provenance,
     cmd_sources,
 )
-from fuzz.replay_cmd import add_parser as add_replay_parser
-from fuzz.replay_cmd import cmd_replay
-from fuzz.report import closing_line
-from fuzz.session import markdown_images, write_outputs
+from fuzz.reports.preflight import (
+    check_environment,
+    check_no_collisions,
+    check_output,
+    check_outputs,
+    check_overwrite,
+)
+from fuzz.reports.report import closing_line
+from fuzz.reports.trend import add_parser as add_trend_parser
+from fuzz.reports.trend import cmd_trend
+from fuzz.run.limits import MIN_EXAMPLE_TIMEOUT, check_workers
+from fuzz.run.session import markdown_images, write_outputs
 from fuzz.targets import CONTRACTS
-from fuzz.trend import add_parser as add_trend_parser
-from fuzz.trend import cmd_trend
 
 EXIT_CODES_HELP = ("exit codes: 0 no failure, 1 a failing verdict (or a replayed failure still fails), "
                    "2 usage or input error (one line naming the problem and the fix), "
@@ -263,7 +263,7 @@ PROFILES = {
 
 def _cmd_coverage(args: argparse.Namespace) -> int:
     """``fuzz coverage``; with ``--changes`` it prints each untaken changed line's text from the side's source."""
-    from fuzz.changes import open_side_source
+    from fuzz.reach.changes import open_side_source
 
     return cmd_coverage(args, open_side_source)
 
@@ -319,8 +319,8 @@ def _validate_run(args: argparse.Namespace) -> None:
 
 def _check_run_collisions(args: argparse.Namespace, outputs: dict[str, Path]) -> None:
     """No output of the run replaces another, --known-issues, a side's wheel or anything the corpus keeps."""
-    from fuzz.preflight import refuse_empty
     from fuzz.releases import release_version
+    from fuzz.reports.preflight import refuse_empty
 
     refuse_empty({"--known-issues": args.known_issues})  # "" was silently no known issues at all
     inputs: dict[str, Path | list[Path]] = {"--known-issues": [Path(args.known_issues)] if args.known_issues else []}
@@ -350,10 +350,10 @@ def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) ->
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``fuzz run``: the arguments checked and turned into a RunConfig, then fuzz.session.run."""
-    from fuzz.devices import resolve_devices
-    from fuzz.plan import parse_shard
-    from fuzz.session import run
+    """``fuzz run``: the arguments checked and turned into a RunConfig, then fuzz.run.session.run."""
+    from fuzz.engine.devices import resolve_devices
+    from fuzz.run.plan import parse_shard
+    from fuzz.run.session import run
     from fuzz.targets import lookup
 
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")  # this run's, not the process's
@@ -362,7 +362,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit, "html": args.html})
     _check_run_collisions(args, outputs)
     # What the arguments name, each one line and exit 2 when wrong (a signal meanwhile is held, and the
-    # session's first phase acts on it: fuzz/interrupts.py hold_early_signals).
+    # session's first phase acts on it: fuzz/run/interrupts.py hold_early_signals).
     _resolve_sides(args)
     lookup(args.target)
     devices = resolve_devices(args.device)
@@ -396,15 +396,15 @@ def _to_kill(examples: dict | None) -> str:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from fuzz.devices import resolve_devices
-    from fuzz.outputs import write_json
-    from fuzz.selftest import load_equivalents, selftest_target
+    from fuzz.engine.devices import resolve_devices
+    from fuzz.reports.outputs import write_json
+    from fuzz.run.selftest import load_equivalents, selftest_target
     from fuzz.targets import lookup
 
     targets = lookup(args.target)
     json_out = check_output("--json", args.json) if args.json is not None else None
     if json_out is not None:
-        from fuzz.selftest import EQUIVALENT_FILE
+        from fuzz.run.selftest import EQUIVALENT_FILE
 
         check_overwrite("--json", json_out, "selftest")
         check_no_collisions({"--json": json_out}, {"the equivalents list": EQUIVALENT_FILE})
@@ -435,8 +435,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
-    from fuzz.merge import incomplete_note, merge_reports, read_report
-    from fuzz.report import report_notes, summary_table
+    from fuzz.reports.merge import incomplete_note, merge_reports, read_report
+    from fuzz.reports.report import report_notes, summary_table
 
     outputs = check_outputs({"report": args.output, "markdown": args.markdown, "junit": args.junit,
                              "html": args.html}, labels={"report": "OUT"})
@@ -459,7 +459,7 @@ def cmd_merge_reports(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:  # the console script: python -m fuzz did this before its imports
-        from fuzz.interrupts import hold_early_signals
+        from fuzz.run.interrupts import hold_early_signals
 
         hold_early_signals(sys.argv[1:])
     try:

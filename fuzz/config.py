@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
 import types
 import typing
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from fuzz.errors import UsageError
 from fuzz.targets import CONTRACTS
 
-SYNC_BUDGET_MODES = ("auto", "apply", "ignore")  # RunConfig.sync_budget, --sync-budget (fuzz/syncrule.py)
-GPU_SHARE_MODES = ("auto", "mps", "off")  # RunConfig.gpu_share, --gpu-share (fuzz/gpushare.py)
+SYNC_BUDGET_MODES = ("auto", "apply", "ignore")  # RunConfig.sync_budget, --sync-budget (fuzz/oracles/syncrule.py)
+GPU_SHARE_MODES = ("auto", "mps", "off")  # RunConfig.gpu_share, --gpu-share (fuzz/run/gpushare.py)
 COPY = "copy"  # a side that is the frozen copy under legacy/ or optimized/ (fuzz/releases/sides.py)
 REQUIRE_CHANGES_MODES = ("all", "sync")  # RunConfig.require_changes_covered as a string (True: the flag alone)
 
@@ -47,15 +49,15 @@ class RunConfig:
     max_examples: int | None = None  # per target (per item once planned); exclusive with budget
     budget: float | None = None  # wall-clock seconds shared by the run's items
     corpus: str | None = None  # Hypothesis database, failures/, journal/ (None: nothing saved)
-    stress: bool = False  # async-hazard stress mode (fuzz/stress.py)
-    coverage: bool = False  # measure what each side ran (fuzz/reach.py, docs/reach.md)
+    stress: bool = False  # async-hazard stress mode (fuzz/oracles/stress.py)
+    coverage: bool = False  # measure what each side ran (fuzz/reach/collect.py, docs/reach.md)
     # --require-changes-covered[=MODE] (docs/reach.md): False (not asked), True (the flag alone: the changed
     # definitions no target reached make the run incomplete, exit 3), "all" (also a changed branch no example
     # took in a definition that ran), "sync" (as "all", for the sync-relevant definitions only).
     require_changes_covered: bool | str = False
-    upstream: bool = False  # the real vllm as a third side (fuzz/upstream.py)
+    upstream: bool = False  # the real vllm as a third side (fuzz/engine/upstream.py)
     confirm: int = 3  # fresh-process replays of each failure before it is reported
-    isolated: bool = True  # examples run in watched worker processes (fuzz/isolation.py)
+    isolated: bool = True  # examples run in watched worker processes (fuzz/run/isolation.py)
     example_timeout: float = 120.0  # watchdog per example, isolated runs
     max_restarts: int = 3  # fresh workers per target after a crash or hang
     workers: int = 1  # pytest-xdist workers
@@ -67,16 +69,16 @@ class RunConfig:
     optimized: str = COPY
     sources: tuple[str, ...] = ()  # folders of source packs (--sources) where vllm==X sides resolve
     # With a side from a source, whether the targets' declared sync budgets apply on top of the relative rule
-    # (fuzz/syncrule.py): "auto" (only to code that descends from the budget's release), "apply", "ignore".
+    # (fuzz/oracles/syncrule.py): "auto" (only to code that descends from the budget's release), "apply", "ignore".
     # Copy-vs-copy runs are judged by the budget whatever it says.
     sync_budget: str = "auto"
-    # How workers that share a GPU share it (fuzz/gpushare.py, docs/gpu-sharing.md): "auto" (CUDA MPS when two
+    # How workers that share a GPU share it (fuzz/run/gpushare.py, docs/gpu-sharing.md): "auto" (CUDA MPS when two
     # or more workers land on one GPU), "mps", "off" (time-sliced contexts). The mode the run got is in the
     # report's run.machine.gpu_share.
     gpu_share: str = "auto"
     # Which invocation this is, not a setting: made once when the command line's config is built, carried
     # whole like the rest, and recorded in the report's scope so merge-reports can tell the same report
-    # given twice from two runs of one shard (fuzz/scope.py). Not compared: it changes no example.
+    # given twice from two runs of one shard (fuzz/reports/scope.py). Not compared: it changes no example.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex, compare=False)
 
     def replace(self, **changes: Any) -> RunConfig:
@@ -159,3 +161,24 @@ class Hooks:
 
 
 NO_HOOKS = Hooks()
+
+
+REACH_CORE_ENV = "SYNCFUZZ_REACH_CORE"
+"""``ctrace`` or ``sysmon``: which collector measures reach. Default: ``sysmon`` on Python 3.12, where
+settrace's toggles are costly and the collector was checked arc for arc against coverage.py's; ``ctrace``,
+coverage.py's C tracer, elsewhere (``sysmon`` may be asked for on 3.13+)."""
+
+
+def reach_core(environ: Mapping[str, str] | None = None) -> str:
+    """The collector this process measures reach with (``REACH_CORE_ENV``); ``sysmon`` asked for on a
+    Python without sys.monitoring is a usage error, not a silent fallback (fuzz.reports.preflight checks it
+    before any command runs)."""
+    asked = (os.environ if environ is None else environ).get(REACH_CORE_ENV, "").strip()
+    if asked not in ("", "ctrace", "sysmon"):
+        raise UsageError(f"{REACH_CORE_ENV}={asked!r}: use ctrace or sysmon (or leave it unset)")
+    if asked == "sysmon" and sys.version_info < (3, 12):
+        raise UsageError(f"{REACH_CORE_ENV}=sysmon needs Python 3.12+ (sys.monitoring); this is "
+                         f"{sys.version_info.major}.{sys.version_info.minor}: unset it")
+    # sysmon by default only where it was checked against coverage.py's tracer, arc for arc (3.12: the
+    # H200 host's Python and tests/unit/test_reach_monitor.py); other versions ask for it by name.
+    return asked or ("sysmon" if sys.version_info[:2] == (3, 12) else "ctrace")

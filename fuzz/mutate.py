@@ -1,6 +1,6 @@
 """Build a mutant of a copied module: the same source with one edit.
 
-Used by the planted-bug tests (tests/planted/plant.py; the mutation self-test, fuzz/selftest.py,
+Used by the planted-bug tests (tests/planted/plant.py; the mutation self-test, fuzz/run/selftest.py,
 builds its mutants itself): a mutant is a real module, registered in ``sys.modules`` under its own name, so target
 records can point at it with an ordinary dotted path and a replay in a fresh
 process rebuilds it the same way by importing the module that defines it.

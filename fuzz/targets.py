@@ -21,9 +21,8 @@ from typing import Any, Iterable, Sequence
 
 # The input models' interface (fuzz/api.py), defined there so that they need nothing else of the engine.
 from fuzz.api import FORM_ATTRIBUTE, RELEASE_ATTRIBUTE, SIDES, Impl, InputModel, release_of  # noqa: F401
-from fuzz.child import REPO_ROOT
 from fuzz.errors import HarnessError, UsageError, unknown_name
-from fuzz.versions import DEFAULT_PAIR
+from fuzz.versions import DEFAULT_PAIR, REPO_ROOT
 
 CONTRACTS = ("caller", "wide")
 """Input contracts: ``caller`` draws inputs in the forms the callers of the
@@ -31,7 +30,7 @@ target's optimized release pass (docs/verdicts.md#contracts says which, per
 target); ``wide`` draws every form the legacy function accepted."""
 
 TARGET_MODULES_ENV = "SYNCFUZZ_TARGET_MODULES"
-PROJECT_ROOT = REPO_ROOT  # the source tree (fuzz/child.py defines it once)
+PROJECT_ROOT = REPO_ROOT  # the source tree (fuzz/run/child.py defines it once)
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ class Comparison:
     equality. Integer and bool tensors are always compared bitwise.
 
     ``layout``: also compare every tensor leaf's strides and ``is_contiguous()``
-    (``fuzz.compare.layout_of``; docs/verdicts.md#layout). Declared where the
+    (``fuzz.oracles.compare.layout_of``; docs/verdicts.md#layout). Declared where the
     callers hand the output to a kernel, a ``.view()`` or a Triton launch, so
     a change of memory layout is something a caller can observe.
     """

@@ -7,8 +7,10 @@ import hashlib
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
 
-from fuzz.child import REPO_ROOT as ROOT  # the source tree, defined once
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the source tree: fuzz/, legacy/, optimized/, strategies/
+ROOT = REPO_ROOT
 
 # What decides what an example computes: the copies and the input models.
 CODE_FOLDERS = ("legacy", "optimized", "strategies")

@@ -23,8 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fuzz.syncs  # noqa: E402
-from fuzz.syncs import _caller_site, _pageable_host, counting_syncs  # noqa: E402
+import fuzz.oracles.syncs  # noqa: E402
+from fuzz.oracles.syncs import _caller_site, _pageable_host, counting_syncs  # noqa: E402
 from fuzz.targets import lookup  # noqa: E402
 
 SLEEP_CYCLES = 100_000_000  # ~50 ms at the H200's 1.98 GHz
@@ -43,7 +43,7 @@ def host_return_ms(copy) -> float:  # noqa: ANN001
 
 
 class OldDispatchDetector(TorchDispatchMode):
-    """The detector before 2026-11-29 (fuzz/syncs.py history), kept here for comparison."""
+    """The detector before 2026-11-29 (fuzz/oracles/syncs.py history), kept here for comparison."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -92,7 +92,7 @@ def main() -> None:
     # Count every non-empty pageable copy here, whatever its size, so both
     # detectors' reach is compared on these small tables (the fuzzer itself
     # counts only copies past PAGEABLE_STAGED_BYTES, the measured limit above).
-    fuzz.syncs.PAGEABLE_STAGED_BYTES = 0
+    fuzz.oracles.syncs.PAGEABLE_STAGED_BYTES = 0
     for name, spec in examples.items():
         (target,) = lookup([name])
         if spec is None:

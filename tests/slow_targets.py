@@ -70,7 +70,7 @@ def off_by_one(cu_seqlens: Any, chunk_size: int) -> Any:
 
 def off_by_one_then_stuck_in_replay(cu_seqlens: Any, chunk_size: int) -> Any:
     """``off_by_one`` while fuzzing; in a confirmation replay (``python -m
-    fuzz.replay``) it says so in SYNCFUZZ_TEST_STUCK and sleeps, so a test can
+    fuzz.run.replay``) it says so in SYNCFUZZ_TEST_STUCK and sleeps, so a test can
     signal the run while it confirms."""
     import os
     import sys

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fuzz.config import RunConfig
-from fuzz.runner import TargetOutcome, fuzz_target
+from fuzz.engine.runner import TargetOutcome, fuzz_target
 from fuzz.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ _ROTARY_INVARIANTS = tuple(
                  "rot_pos_emb_follows_merge_windows")
 )
 
-# Sync counts (optimized side, CUDA, per call), read off the code; fuzz.syncs
+# Sync counts (optimized side, CUDA, per call), read off the code; fuzz.oracles.syncs
 # counts torch-flagged syncs plus non-blocking H2D copies from pageable memory
 # too large for the driver to stage without waiting (> 2 MiB; none here).
 # * rot_pos_emb iterates grid_thw; with the eager caller's *device* grid every

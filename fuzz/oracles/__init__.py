@@ -18,11 +18,11 @@ the result (its docstring, how callers use it) rather than from either copy:
 * a **consumer** -- ``def name(spec, output) -> None``: the host reads the
   real upstream consumer makes of the output (``max_seqlen.item()`` per
   attention call), run right after the call inside the sync counting and
-  reported as *consumer syncs* (fuzz/syncs.py), so a device-resident output
+  reported as *consumer syncs* (fuzz/oracles/syncs.py), so a device-resident output
   that costs its consumer a sync per use shows in the report.
 
 This module holds the engine side: resolving what a record names, and
-judging an example's outputs with it (fuzz.execute.run_example calls it).
+judging an example's outputs with it (fuzz.engine.execute.run_example calls it).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fuzz.errors import HarnessError
-from fuzz.verdicts import Mismatch
+from fuzz.records.verdicts import Mismatch
 
 if TYPE_CHECKING:
-    from fuzz.outcome import SideResult
+    from fuzz.oracles.outcome import SideResult
     from fuzz.targets import Target
 
 
@@ -105,7 +105,7 @@ def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: 
                      identical: bool = False) -> list[Mismatch]:
     """One mismatch per violated invariant, naming the sides that violate it.
 
-    ``identical``: the two outputs were found bitwise equal (fuzz.compare.same_exactly:
+    ``identical``: the two outputs were found bitwise equal (fuzz.oracles.compare.same_exactly:
     equal under an exact comparison), so an invariant -- a function of the spec
     and the output -- is evaluated once, on the optimized output, for both.
 
@@ -141,7 +141,7 @@ def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: S
     """Where each side that returned differs from the reference (called when
     the sides agree, so in practice both differ, or neither; ``identical``:
     bitwise equal outputs, compared once for both)."""
-    from fuzz.compare import compare_values
+    from fuzz.oracles.compare import compare_values
     from fuzz.targets import Comparison
 
     if target.reference is None:

@@ -129,7 +129,7 @@ def ultravox_attention_reads(spec: dict, output: Any) -> None:
     """The host reads vllm 0.28.0's whisper encoder attention makes of the metadata
     each layer receives. Made by the stand-in layers themselves, during the call
     (strategies/keep_on_cpu.py ``VarlenWhisperLayer.forward``, inside
-    ``fuzz.syncs.consumer_reads()``): the metadata never reaches the output, which
+    ``fuzz.oracles.syncs.consumer_reads()``): the metadata never reaches the output, which
     holds the trimmed embeddings only. This function, the record's ``consumer``,
     has nothing left to read; naming it makes the engine report the consumer syncs.
     0.27.1's layers (``DenseMaskWhisperLayer``) get a dense mask and read nothing.

@@ -261,7 +261,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def cmd_sources(args: argparse.Namespace) -> int:
     if args.sources_command == "list":
         return _newest(args.sources) if args.newest else _list(args.sources)
-    from fuzz.preflight import check_cache, check_folder
+    from fuzz.reports.preflight import check_cache, check_folder
 
     # Checked before the first (slow) download: an --into that cannot be written fails only at the end.
     into = check_folder("--into", args.into)

@@ -143,7 +143,7 @@ def _pack_folders(folders: Sequence[str]) -> list[str]:
 
 
 def cmd_provenance(args: argparse.Namespace) -> int:
-    from fuzz.preflight import check_cache, refuse_empty
+    from fuzz.reports.preflight import check_cache, refuse_empty
     from fuzz.targets import lookup
 
     refuse_empty({f"--{flag.replace('_', '-')}": getattr(args, flag, None)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fuzz.model import retired_label
+from fuzz.records.model import retired_label
 from fuzz.releases.common import PROJECT_ROOT, version_key
 from fuzz.releases.packs import (
     MANIFEST,

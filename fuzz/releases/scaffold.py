@@ -573,7 +573,7 @@ def target_names(root: Path) -> list[str]:
 
 
 def cmd_new_target(args: argparse.Namespace) -> int:
-    from fuzz.preflight import check_cache, refuse_empty
+    from fuzz.reports.preflight import check_cache, refuse_empty
 
     # "" was silently this checkout (--root) or the default release (--*-source)
     refuse_empty({"--root": args.root, "--legacy-source": args.legacy_source,

@@ -532,14 +532,14 @@ def _defs(body: Iterable[ast.stmt], prefix: str) -> Iterable[tuple[ast.AST, str]
 
 
 def entry_digests(impl: object) -> dict[str, str]:
-    """qualname -> digest (fuzz/codediff.py) of every definition a call of ``impl`` (a fuzz.targets.Impl) may
+    """qualname -> digest (fuzz/code/codediff.py) of every definition a call of ``impl`` (a fuzz.targets.Impl) may
     run: ``reach`` from the qualname its path names and from the one of the function that actually runs
     (an inherited method's path names the subclass, its code is the base's). {} when the module's text
     cannot be read (a mutant built in memory). What "the same code" means wherever two sides are compared
-    for it: same-code targets (fuzz/reach.py) and a sync budget's descent (fuzz/syncrule.py)."""
+    for it: same-code targets (fuzz/reach/collect.py) and a sync budget's descent (fuzz/oracles/syncrule.py)."""
     import inspect
 
-    from fuzz.codediff import digests
+    from fuzz.code.codediff import digests
 
     text = _module_text(impl)
     if text is None:
@@ -567,8 +567,8 @@ def claimed_digests(impl: object, qualnames: Iterable[str]) -> dict[str, dict[st
     """Per claimed qualname, qualname -> digest of every definition a call of it may run in ``impl``'s module
     (``reach``; {} where the module lacks it). An input model calls some claimed definitions itself (the
     keep-on-cpu field configs decide where each input lives): they decide a side's syncs as much as the
-    entry point's code does (fuzz/syncrule.py)."""
-    from fuzz.codediff import digests
+    entry point's code does (fuzz/oracles/syncrule.py)."""
+    from fuzz.code.codediff import digests
 
     text = _module_text(impl)
     if text is None:

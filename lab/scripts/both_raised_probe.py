@@ -20,7 +20,7 @@ from collections import Counter
 
 
 def main(argv: list[str]) -> int:
-    import fuzz.runner as runner
+    import fuzz.engine.runner as runner
     from fuzz.cli import main as fuzz_main
 
     seen: Counter = Counter()

@@ -8,7 +8,7 @@ drawn over the run's whole length, sends SIGTERM or SIGINT, and checks: the
 process exits 128 + the signal (or finished first: then 0), the JSON report
 exists and its exit code is the process's, the known issue is applied, and any
 failure left unconfirmed says why. The phase the signal landed in comes from
-the run's phase file (fuzz/interrupts.py). Prints one line per trial and a
+the run's phase file (fuzz/run/interrupts.py). Prints one line per trial and a
 tally; exit 1 if any trial broke a rule. Recorded in docs/reliability.md.
 """
 

@@ -4,9 +4,9 @@ python3 lab/scripts/mps_concurrency_probe.py --procs N --window S [--out FILE]
 
 Process i fuzzes glm4v-embeddings (even i) or fla-chunk-offsets (odd i) on CUDA. All processes start each
 phase at the same wall-clock time and run it for S seconds:
-  fuzz        fuzz.runner.fuzz_target to a deadline (what the fuzzer runs)          -> examples/s
-  rounds      fuzz.execute.run_example on pre-drawn specs (no Hypothesis)           -> examples/s
-  stages      the same under fuzz.stagetimes.recording (a sync after each stage)    -> us per stage
+  fuzz        fuzz.engine.runner.fuzz_target to a deadline (what the fuzzer runs)          -> examples/s
+  rounds      fuzz.engine.execute.run_example on pre-drawn specs (no Hypothesis)           -> examples/s
+  stages      the same under fuzz.engine.stagetimes.recording (a sync after each stage)    -> us per stage
   hypothesis  Hypothesis alone, the fuzzer's list shape (no CUDA: pure CPU)          -> specs/s
   sync        a one-element kernel then torch.cuda.synchronize()                     -> us per round trip
   h2d         torch.tensor(8 ints, device="cuda") then .tolist()                     -> us per round trip
@@ -34,9 +34,9 @@ def child(index: int, start_wall: float, window: float) -> dict:
 
     from bench.run import STAGES, engine, hypothesis_alone
     from fuzz.config import RunConfig
-    from fuzz.execute import run_example
-    from fuzz.runner import SPECS_PER_CASE, fuzz_target
-    from fuzz.stagetimes import recording
+    from fuzz.engine.execute import run_example
+    from fuzz.engine.runner import SPECS_PER_CASE, fuzz_target
+    from fuzz.engine.stagetimes import recording
     from fuzz.targets import lookup
 
     def sync() -> None:

@@ -12,7 +12,7 @@ TRIALS=${TRIALS:-5}; BUDGET=${BUDGET:-20}  # 8 s was too short: 8 workers starti
 real="--target fla-chunk-indices --target glm4v-embeddings --target paddleocr-encode-image --target ernie-rot-pos-emb
       --target diffusion-gemma-states --target keep-on-cpu-interns1-num-patches --target cpu-gpu-buffer-copy-to-gpu"
 mps_left() { ps -eo stat,comm | awk '$1 !~ /^Z/ && $2 ~ /^nvidia-cuda-mps/' | wc -l; }
-workers_left() { pgrep -f "fuzz.isolation --serve|fuzz.xdist_items|fuzz.replay" | wc -l; }
+workers_left() { pgrep -f "fuzz.run.isolation --serve|fuzz.run.xdist_items|fuzz.run.replay" | wc -l; }
 passed=0; total=0
 {
   for trial in $(seq 1 "$TRIALS"); do

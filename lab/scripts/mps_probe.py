@@ -5,7 +5,7 @@ busy, makes one of them fault (``--fault assert``: a device-side assert from an
 out-of-range index; ``--fault illegal``: a Triton store far outside any allocation)
 and prints, per client, what its next CUDA call said and when it exited; then how
 long a new client waits before the server takes it, and whether a client outside
-MPS runs while the server is up. The answers shaped fuzz/gpushare.py
+MPS runs while the server is up. The answers shaped fuzz/run/gpushare.py
 (docs/gpu-sharing.md). Nothing here changes a GPU setting; the daemon is quit at the end.
 """
 

@@ -1,11 +1,11 @@
 """#25: what tracing reach costs a cheap target's example, and where (lab/benchmarks/history.md, "reach tracing at a
 nightly item's length"). In the H200's mps nightly, async-tensor-h2d and cpu-gpu-buffer-copy-to-gpu ran 0.77x
 their untraced examples, while one CPU process lost 1-6% to tracing them. This runs the engine with and
-without reach (bench.run.engine, alternating), times the tracer's own start and stop (fuzz.reach.Measure.on
+without reach (bench.run.engine, alternating), times the tracer's own start and stop (fuzz.reach.collect.Measure.on
 and .off), and with --profile writes a cProfile of a traced and an untraced run. Run it once, and W at once
 (lab/scripts/reach_cost_probe.sh), on cuda and cpu: which of "a traced CUDA call" and "W processes tracing"
 costs the examples. Traced runs come once per reach collector the Python has (``modes``): coverage.py's C
-tracer (``ctrace``) and, on 3.12+, the sys.monitoring collector (``sysmon``, fuzz/reach_monitor.py); the
+tracer (``ctrace``) and, on 3.12+, the sys.monitoring collector (``sysmon``, fuzz/reach/monitor.py); the
 order rotates, so no mode always runs first. With --profile, own time is also summed by package.
 
     PYTHONPATH=. python3 lab/scripts/reach_cost_probe.py --device cuda --target async-tensor-h2d [--profile FILE]
@@ -23,13 +23,13 @@ import sys
 import time
 
 from bench.run import engine
-from fuzz.reach_monitor import REACH_CORE_ENV
+from fuzz.reach.monitor import REACH_CORE_ENV
 from fuzz.targets import lookup
 
 
 def timed_tracer() -> dict[str, float]:
     """Wrap Measure.on/off: seconds spent starting and stopping coverage.py, and how many times."""
-    import fuzz.reach as reach
+    import fuzz.reach.collect as reach
 
     spent = {"on_s": 0.0, "off_s": 0.0, "starts": 0}
     on, off = reach.Measure.on, reach.Measure.off
@@ -79,7 +79,7 @@ def by_package(stats: pstats.Stats) -> str:
 
 
 def modes() -> tuple[str, ...]:
-    """untraced, then each reach collector this Python has (fuzz/reach_monitor.py ``reach_core``)."""
+    """untraced, then each reach collector this Python has (fuzz/reach/monitor.py ``reach_core``)."""
     return ("untraced", "ctrace") + (("sysmon",) if sys.version_info >= (3, 12) else ())
 
 
@@ -97,11 +97,11 @@ def main() -> None:
     parser.add_argument("--target", action="append", required=True)
     parser.add_argument("--label", default="1")
     parser.add_argument("--profile", help="write cProfile tables of a traced and an untraced run here")
-    parser.add_argument("--measure-every", type=int, help="trace one call in N after the first 32 (fuzz.reach."
+    parser.add_argument("--measure-every", type=int, help="trace one call in N after the first 32 (fuzz.reach.collect."
                         "MEASURE_EVERY, 8 in a run; 1 traces every call)")
     args = parser.parse_args()
     if args.measure_every:
-        import fuzz.reach as reach
+        import fuzz.reach.collect as reach
 
         reach.MEASURE_EVERY = args.measure_every
     spent = timed_tracer()

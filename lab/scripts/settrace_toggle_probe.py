@@ -1,5 +1,5 @@
 """Why reach tracing costs more on Python 3.12 (#25): time coverage.py's C tracer started and stopped around a
-tiny call, as fuzz/reach.py does for each traced side's call, under a deep stack and with other code run between
+tiny call, as fuzz/reach/collect.py does for each traced side's call, under a deep stack and with other code run between
 calls (Hypothesis, the harness). Since 3.12, ``sys.settrace`` sits on sys.monitoring (PEP 669): each start and
 each stop re-instruments the code on the stack, and every function that runs afterwards is instrumented again
 on its next call. On 3.11 a start+stop is a few tens of microseconds.
@@ -38,12 +38,12 @@ def main() -> None:
     cov = coverage.Coverage(data_file=None, branch=True, include=[str(folder / "probe_code.py")],
                             config_file=False)
     try:
-        cov.set_option("run:core", "ctrace")  # as fuzz/reach.py
+        cov.set_option("run:core", "ctrace")  # as fuzz/reach/collect.py
     except coverage.CoverageException:
         pass
 
     def example(how: str) -> None:
-        """``plain``: no tracing; ``toggled``: a start and stop around each side's call (fuzz/reach.py before
+        """``plain``: no tracing; ``toggled``: a start and stop around each side's call (fuzz/reach/collect.py before
         the tracer was kept); ``kept``: one start and stop, the harness' context in between (as now)."""
         code.between(1)  # what runs between examples (Hypothesis, the oracles)
         if how == "kept":
@@ -70,7 +70,7 @@ def main() -> None:
         return code.frame0(1, leaf)
 
     cov.start()
-    cov.switch_context("cpu")  # as fuzz.reach.Measure: the device's context, switched only when it changes
+    cov.switch_context("cpu")  # as fuzz.reach.collect.Measure: the device's context, switched only when it changes
     cov.stop()
     runs: dict[str, list[float]] = {"plain": [], "toggled": [], "kept": []}
     for _ in range(3):

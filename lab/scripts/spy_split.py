@@ -1,6 +1,6 @@
 """Where a fuzz worker's time went, from py-spy's raw samples (``py-spy record -f raw``, with or without
-``--native``): the sides (building inputs and the upstream calls, fuzz.execute.run_side), judging
-(fuzz.execute.judge_example), Hypothesis (everything inside the Hypothesis test that is neither), and the rest
+``--native``): the sides (building inputs and the upstream calls, fuzz.engine.execute.run_side), judging
+(fuzz.engine.execute.judge_example), Hypothesis (everything inside the Hypothesis test that is neither), and the rest
 (reports, journals, start-up). With --native, also by where the innermost frame lives.
 
     python3 lab/scripts/spy_split.py spy-py-1.txt [spy-native-3.txt ...]

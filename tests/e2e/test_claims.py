@@ -3,7 +3,7 @@ lists is entered.
 
 A target's ``upstream`` list is what ``fuzz list --json`` tells users a run checks; an upstream change to a
 listed function that no run executes would always "agree". Each target is fuzzed briefly here with reach
-measured (fuzz/reach.py): every listed definition must stand for a definition of at least one side's copy
+measured (fuzz/reach/collect.py): every listed definition must stand for a definition of at least one side's copy
 (by provenance's mapping, or its qualname), and every such definition must be entered on that side under
 the caller contract, or else under the wide one (some branches exist only for the inputs older callers
 passed: docs/verdicts.md#contracts).
@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from fuzz.config import RunConfig
-from fuzz.reach import measure_for
-from fuzz.reachdata import entered
-from fuzz.runner import fuzz_target
+from fuzz.engine.runner import fuzz_target
+from fuzz.reach.collect import measure_for
+from fuzz.records.reachdata import entered
+from fuzz.run.triage import load_known_issues, mark_known
 from fuzz.targets import lookup
-from fuzz.triage import load_known_issues, mark_known
 from tests.support import ROOT
 
 TARGETS = lookup([])

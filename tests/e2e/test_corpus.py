@@ -12,8 +12,8 @@ import sys
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from fuzz.config import RunConfig
-from fuzz.journals import keep_start_database, prune_journals, start_database
-from fuzz.runner import _database, _database_key, fuzz_target
+from fuzz.engine.journals import keep_start_database, prune_journals, start_database
+from fuzz.engine.runner import _database, _database_key, fuzz_target
 from fuzz.targets import lookup
 from tests.e2e.test_sides import FLA, tree
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.replay import replay_file
-from fuzz.repro import load_repro
+from fuzz.engine.repro import load_repro
+from fuzz.run.replay import replay_file
+from fuzz.run.triage import load_known_issues
 from fuzz.targets import lookup
-from fuzz.triage import load_known_issues
 
 ROOT = Path(__file__).resolve().parents[2]
 REPROS = sorted((ROOT / "docs" / "findings" / "repros").glob("*.json"))
@@ -45,8 +45,8 @@ def test_a_known_issue_scoped_to_releases_holds_only_against_them(tmp_path):
     """F19's entries accept the sampler's divergence against 0.31.0 and later, not against the copy, 0.30.0,
     or an unversioned checkout; a range that is not 'vllm>=X' is refused with the form to write."""
     from fuzz.errors import UsageError
-    from fuzz.model import Failure, TargetEntry
-    from fuzz.triage import mark_known
+    from fuzz.records.model import Failure, TargetEntry
+    from fuzz.run.triage import mark_known
 
     issues = load_known_issues(ROOT / "known-issues.json")
     failure = Failure.from_json({"verdict": "divergence", "device": "cpu", "input": {}, "mismatches": [],

@@ -1,7 +1,7 @@
-"""GPU sharing through CUDA MPS (fuzz/gpushare.py), on a CPU-only host.
+"""GPU sharing through CUDA MPS (fuzz/run/gpushare.py), on a CPU-only host.
 
 A fake ``nvidia-cuda-mps-control`` on PATH stands in for NVIDIA's: ``-d`` starts a
-background process named like the daemon (so fuzz.gpushare finds it in /proc) that
+background process named like the daemon (so fuzz.run.gpushare finds it in /proc) that
 creates ``control`` in its pipe folder and ends when ``quit`` is sent. The client probe
 (a CUDA context through libcuda) is replaced where a test needs the server to take
 clients. The real daemon's behaviour is recorded in lab/gpu-runs/2026-12-02-mps-h200.md.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import gpushare
-from fuzz.gpushare import PIPE_ENV, SHARE_ENV, daemon_pids, gpu_sharing, open_sharing, wanted_mode
+from fuzz.run import gpushare
+from fuzz.run.gpushare import PIPE_ENV, SHARE_ENV, daemon_pids, gpu_sharing, open_sharing, wanted_mode
 
 FAKE_CONTROL = textwrap.dedent('''\
     #!{python}
@@ -165,12 +165,12 @@ def test_a_long_journal_path_gets_a_short_pipe_folder(fake_mps, tmp_path):
 GUARDED_RUN = textwrap.dedent('''\
     import os, signal, sys, time
     from pathlib import Path
-    from fuzz import gpushare
+    from fuzz.run import gpushare
     gpushare.client_probe = lambda env, timeout=0: None
     gpushare.DEFAULT_PIPE = sys.argv[2]
     how = sys.argv[3]
     if how == "sigterm":
-        from fuzz.interrupts import guard_signals
+        from fuzz.run.interrupts import guard_signals
         with guard_signals():
             try:
                 with gpushare.gpu_sharing("auto", 4, 1, ("cuda",), Path(sys.argv[1])) as sharing:
@@ -213,13 +213,13 @@ def _wait_for(condition, seconds: float = 20.0) -> bool:
     return True
 
 
-# ---------------------------------------------------------------- faults under MPS (fuzz/isolation.py)
+# ---------------------------------------------------------------- faults under MPS (fuzz/run/isolation.py)
 
 @pytest.fixture
 def under_fake_mps(tmp_path, monkeypatch):
     """An isolation whose workers believe they are MPS clients; any example may be a victim (on a GPU host
     only CUDA examples can be) and the server always takes clients again."""
-    from fuzz import isolation
+    from fuzz.run import isolation
 
     monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.crashers")
     monkeypatch.setenv("SYNCFUZZ_TEST_DIES_ONCE", str(tmp_path / "died"))
@@ -230,8 +230,8 @@ def under_fake_mps(tmp_path, monkeypatch):
 
 def _run(name, isolation, tmp_path, max_examples=20):
     from fuzz.config import RunConfig
-    from fuzz.orchestrate import run_item
-    from fuzz.plan import plan
+    from fuzz.run.orchestrate import run_item
+    from fuzz.run.plan import plan
     from fuzz.targets import lookup
 
     config = RunConfig(devices=("cpu",), seed=0, max_examples=max_examples, corpus=str(tmp_path / "corpus"),
@@ -261,7 +261,7 @@ def test_the_faulting_target_still_gets_its_crash_with_the_input_saved(under_fak
 
 
 def test_a_server_that_takes_no_client_sends_the_worker_on_without_mps(under_fake_mps, tmp_path, monkeypatch):
-    from fuzz import isolation
+    from fuzz.run import isolation
 
     monkeypatch.setattr(isolation, "wait_until_ready", lambda env, seconds=0: "cuInit: CUDA_ERROR_MPS_SERVER_NOT_READY")
     entry = _run("crasher-dies-once", under_fake_mps, tmp_path)
@@ -271,7 +271,7 @@ def test_a_server_that_takes_no_client_sends_the_worker_on_without_mps(under_fak
 
 
 def test_without_mps_a_death_is_the_targets_crash(tmp_path, monkeypatch):
-    from fuzz.isolation import Isolation
+    from fuzz.run.isolation import Isolation
 
     monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.crashers")
     monkeypatch.setenv("SYNCFUZZ_TEST_DIES_ONCE", str(tmp_path / "died"))
@@ -280,10 +280,10 @@ def test_without_mps_a_death_is_the_targets_crash(tmp_path, monkeypatch):
 
 
 def test_a_worker_dead_before_its_first_example_is_started_again_under_mps(tmp_path, monkeypatch):
-    from fuzz import isolation
     from fuzz.config import RunConfig
-    from fuzz.orchestrate import run_item
-    from fuzz.plan import plan
+    from fuzz.run import isolation
+    from fuzz.run.orchestrate import run_item
+    from fuzz.run.plan import plan
     from fuzz.targets import lookup
 
     monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.dies_at_start")
@@ -303,7 +303,7 @@ def test_a_worker_dead_before_its_first_example_is_started_again_under_mps(tmp_p
 
 
 def test_worker_thread_pools_follow_syncfuzz_threads_unless_set():
-    from fuzz import child
+    from fuzz.run import child
 
     assert child.worker_threads_env({}) == dict.fromkeys(child.THREAD_POOL_ENV, "1")
     assert child.worker_threads_env({"SYNCFUZZ_THREADS": "2", "OMP_NUM_THREADS": "4"}) == {
@@ -313,7 +313,7 @@ def test_worker_thread_pools_follow_syncfuzz_threads_unless_set():
 def test_a_context_lost_while_building_inputs_is_a_death_not_a_fuzzer_error(under_fake_mps, tmp_path, monkeypatch):
     """On the H200 a victim of another MPS client's illegal address failed in its input model's first CUDA
     call: that must end the worker (so the server takes clients again) and be re-run, like a death in a side."""
-    from fuzz.isolation import Isolation
+    from fuzz.run.isolation import Isolation
 
     monkeypatch.setenv("SYNCFUZZ_TEST_CONTEXT_GONE", str(tmp_path / "gone"))
     entry = _run("crasher-context-gone-in-inputs", under_fake_mps, tmp_path)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from fuzz.cli import main
-from fuzz.html import HTML_MARK, html_report
-from fuzz.merge import read_report
-from fuzz.model import Failure, Report
-from fuzz.report import closing_line, summary_rows
+from fuzz.records.model import Failure, Report
+from fuzz.reports.html import HTML_MARK, html_report
+from fuzz.reports.merge import read_report
+from fuzz.reports.report import closing_line, summary_rows
 
 H200 = Path(__file__).parents[1] / "data" / "h200-cuda.json"
 PLANTED = "<script>alert('planted')</script>"
@@ -135,7 +135,7 @@ def test_the_charts_are_inline_svg_naming_every_target(h200):
 
 
 def test_without_matplotlib_the_page_says_why_there_are_no_charts(h200, monkeypatch):
-    from fuzz import charts
+    from fuzz.reports import charts
 
     monkeypatch.setattr(charts, "have_matplotlib", lambda: False)
     page = html_report(h200)
@@ -171,7 +171,7 @@ def test_run_html_end_to_end_on_cpu(tmp_path, capsys):
 
 
 def _has_matplotlib() -> bool:
-    from fuzz.charts import have_matplotlib
+    from fuzz.reports.charts import have_matplotlib
 
     return have_matplotlib()
 

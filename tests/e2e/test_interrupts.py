@@ -1,4 +1,4 @@
-"""SIGTERM / SIGINT in every phase of a run still write its report (fuzz/interrupts.py).
+"""SIGTERM / SIGINT in every phase of a run still write its report (fuzz/run/interrupts.py).
 
 Each test reaches its phase by an event it waits for -- a line in the run's
 phase file (SYNCFUZZ_PHASE_FILE), with the run held at that phase's start
@@ -178,7 +178,7 @@ def test_a_signal_swallowed_where_it_landed_is_raised_again_without_a_traceback(
     import gc
     import threading
 
-    from fuzz.interrupts import RETRY_SECONDS, guard_signals, interrupted_by
+    from fuzz.run.interrupts import RETRY_SECONDS, guard_signals, interrupted_by
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers can be set in the main thread only")

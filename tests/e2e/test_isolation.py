@@ -81,9 +81,9 @@ def test_one_worker_process_runs_target_after_target_until_a_death(tmp_path, mon
     target; a crash costs one fresh process; stdout noise from the code under
     test cannot garble the job protocol."""
     from fuzz.config import RunConfig
-    from fuzz.isolation import Isolation
-    from fuzz.orchestrate import run_item
-    from fuzz.plan import plan
+    from fuzz.run.isolation import Isolation
+    from fuzz.run.orchestrate import run_item
+    from fuzz.run.plan import plan
     from fuzz.targets import lookup
 
     monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.crashers")

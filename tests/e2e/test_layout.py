@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from fuzz.catalog import TARGETS
-from fuzz.verdicts import Verdict
+from fuzz.records.verdicts import Verdict
 from tests.planted.layout import BENIGN, BUGS, WIDE_BUGS
 from tests.support import fuzz
 

@@ -12,8 +12,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from fuzz.cli import main
-from fuzz.formats import junit_xml, markdown
-from fuzz.model import (
+from fuzz.records.model import (
     EXIT_FAILURE,
     EXIT_FUZZER_BUG,
     EXIT_INCOMPLETE,
@@ -27,7 +26,8 @@ from fuzz.model import (
     TargetEntry,
     failure_signature,
 )
-from fuzz.report import failure_lines, summary_table
+from fuzz.reports.formats import junit_xml, markdown
+from fuzz.reports.report import failure_lines, summary_table
 
 RAN = DeviceTally(examples=5, verdicts={"agree": 5})
 NONE_RAN = DeviceTally()
@@ -164,7 +164,7 @@ def _write(tmp_path, name, *entries, shard=(1, 1)) -> str:
     """A report of shard ``shard`` of one run plan, as a fresh invocation writes it (its own run id):
     merge-reports refuses reports whose scopes are not disjoint shards of one run (tests/unit/test_merge.py)."""
     from fuzz.config import RunConfig
-    from fuzz.scope import run_scope
+    from fuzz.reports.scope import run_scope
 
     config = RunConfig(seed=0)
     copy = {"kind": "copy", "code_sha256": "c0de"}
@@ -263,7 +263,7 @@ def test_a_signal_writes_the_partial_report_and_says_so(how, mode, tmp_path):
 def test_the_markdown_carries_the_result_line_and_says_when_it_is_partial():
     """A GitHub job summary shows the Markdown alone: it must end with the run's ``result:`` line, and an
     interrupted run's must say so before anything else, naming the signal and the phase."""
-    from fuzz.report import closing_line
+    from fuzz.reports.report import closing_line
 
     entry = TargetEntry(name="t", devices=("cpu",), by_device={"cpu": DeviceTally(examples=3, verdicts={"agree": 3})})
     whole = Report((entry,), run={"seed": 0, "devices": ["cpu"]})
@@ -281,8 +281,8 @@ def test_the_markdown_carries_the_result_line_and_says_when_it_is_partial():
 def test_every_format_of_a_partial_report_says_why_and_names_the_targets_that_never_ran():
     """issue 45: JSON, the result line, Markdown, HTML and JUnit of a run stopped after one of its three
     targets -- and of a merge holding it, which is partial without being interrupted itself."""
-    from fuzz.html import html_report
-    from fuzz.report import closing_line
+    from fuzz.reports.html import html_report
+    from fuzz.reports.report import closing_line
 
     entry = TargetEntry(name="t", devices=("cpu",), by_device={"cpu": DeviceTally(examples=3, verdicts={"agree": 3})})
     run = {"seed": 0, "devices": ["cpu"], "planned": ["t", "u", "v"], "interrupted_in": "fuzzing",

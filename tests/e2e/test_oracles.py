@@ -17,13 +17,13 @@ import warnings
 import pytest
 
 from fuzz.catalog import TARGETS
-from fuzz.execute import judge_example, run_example
-from fuzz.model import DeviceTally, Failure, TargetEntry
+from fuzz.engine.execute import judge_example, run_example
 from fuzz.oracles import Reference, check_invariants, check_reference
-from fuzz.outcome import SideResult
-from fuzz.report import summary_table
+from fuzz.oracles.outcome import SideResult
+from fuzz.records.model import DeviceTally, Failure, TargetEntry
+from fuzz.records.verdicts import Verdict
+from fuzz.reports.report import summary_table
 from fuzz.targets import resolve_object
-from fuzz.verdicts import Verdict
 from tests import oracle_demo, planted
 from tests.support import cli, fuzz
 
@@ -160,7 +160,7 @@ def test_shared_bugs_cover_at_least_five_targets():
 def test_syncs_inside_consumer_reads_are_the_consumer_s(monkeypatch):
     import torch
 
-    from fuzz import syncs
+    from fuzz.oracles import syncs
 
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
     monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
@@ -204,7 +204,7 @@ def test_failure_oracles_round_trip():
 
 
 def test_consumer_runs_after_the_call_and_cannot_change_the_verdict_on_cpu(monkeypatch):
-    import fuzz.execute as execute
+    import fuzz.engine.execute as execute
 
     target = {t.name: t for t in TARGETS}["fla-chunk-indices"]
     seen = []

@@ -233,7 +233,7 @@ def test_an_unversioned_side_is_read_off_its_annotation(monkeypatch):
 
 def test_0_28_against_0_33_agrees():
     from fuzz.config import RunConfig
-    from fuzz.runner import fuzz_target
+    from fuzz.engine.runner import fuzz_target
 
     for name in ("paddleocr-encode-image", "paddleocr-encoder"):
         (target,) = lookup([name])

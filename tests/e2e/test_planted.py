@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import tests.planted as planted
-from fuzz.verdicts import Verdict
+from fuzz.records.verdicts import Verdict
 from tests.support import fuzz
 
 # Every planted bug must be caught within this many examples (seed 0, CPU).
@@ -88,7 +88,7 @@ def test_stress_poisons_every_integer_dtype_without_raising():
     import numpy as np
     import torch
 
-    from fuzz.stress import poison
+    from fuzz.oracles.stress import poison
 
     inputs = [torch.full((2,), 5, dtype=torch.uint8), torch.full((2,), 5, dtype=torch.int8),
               torch.full((2,), 5, dtype=torch.int64), np.full(2, 5, np.uint8), np.full(2, 5, np.int32)]

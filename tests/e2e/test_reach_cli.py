@@ -13,12 +13,12 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from fuzz.cli import main
-from fuzz.model import Report
+from fuzz.records.model import Report
 
 try:
-    from fuzz import reachdata as data
-except ImportError:  # pragma: no cover -- the layout before the JSON model moved out of fuzz/reach.py
-    from fuzz import reach as data
+    from fuzz.records import reachdata as data
+except ImportError:  # pragma: no cover -- the layout before the JSON model moved out of fuzz/reach/collect.py
+    from fuzz.reach.collect import collect as data
 
 ROOT = Path(__file__).resolve().parents[2]
 INDEX = "vllm/third_party/flash_linear_attention/ops/index.py"
@@ -236,7 +236,7 @@ def test_sides_from_sources_list_the_changed_definitions(from_sources):
     refs = {c["ref"]: c for c in listed}
     assert refs[f"{INDEX}::prepare_chunk_indices"]["change"] == "changed"
     assert refs[f"{INDEX}::prepare_chunk_indices"]["targets"] == []
-    # Its diff changes the async_tensor_h2d call (fuzz/syncdiff.py): sync-relevant, and the footer says so.
+    # Its diff changes the async_tensor_h2d call (fuzz/code/syncdiff.py): sync-relevant, and the footer says so.
     assert refs[f"{INDEX}::prepare_chunk_indices"]["sync"] == ["non_blocking", "async_tensor_h2d"]
     assert changes["sync_relevant"] == sum(c["sync_relevant"] for c in listed) >= 1
     assert changes["require"] is None

@@ -1,4 +1,4 @@
-"""Reach of a side rebuilt from a source: which definitions count as the source's (fuzz/reach.py, docs/reach.md).
+"""Reach of a side rebuilt from a source: which definitions count as the source's (docs/reach.md).
 
 A definition whose header the copy marks ADAPTED keeps the copy's text in a rebuilt side: it is the harness'
 code, and a side that entered only such stand-ins is ``unreached``. A source holding the claimed files exactly
@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 
 from fuzz.config import RunConfig
+from fuzz.engine.runner import fuzz_target
 from fuzz.releases.packs import SHIPPED_PACKS
-from fuzz.runner import fuzz_target
 from fuzz.targets import lookup
 
 ERNIE = "vllm/model_executor/models/ernie45_vl.py"

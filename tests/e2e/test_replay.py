@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fuzz.cli import main
-from fuzz.repro import REPRO_FORMAT, load_repro
+from fuzz.engine.repro import REPRO_FORMAT, load_repro
 from tests.support import cli
 
 PLANTED = {"SYNCFUZZ_TARGET_MODULES": "tests.planted"}
@@ -77,7 +77,7 @@ def test_same_seed_same_examples(tmp_path):
 
     (target,) = lookup(["glm4v-embeddings"])
     seen: list[list[dict]] = []
-    import fuzz.runner as runner
+    import fuzz.engine.runner as runner
 
     original = runner.run_example
     for attempt in range(2):

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 
 from fuzz.config import RunConfig
-from fuzz.formats import junit_xml, markdown
-from fuzz.model import DeviceTally, Report, ReportError, TargetEntry
+from fuzz.engine.runner import fuzz_target
+from fuzz.records.model import DeviceTally, Report, ReportError, TargetEntry
 from fuzz.releases.packs import SHIPPED_PACKS, PackSource
 from fuzz.releases.retired import retirement
 from fuzz.releases.sides import CannotBuild, Retired, bind
 from fuzz.releases.sources import TreeSource
-from fuzz.report import closing_line, summary_table
-from fuzz.runner import fuzz_target
+from fuzz.reports.formats import junit_xml, markdown
+from fuzz.reports.report import closing_line, summary_table
+from fuzz.reports.trend import Trend, what_changed
 from fuzz.targets import lookup
-from fuzz.trend import Trend, what_changed
 from tests.support import cli
 
 KEYE = "vllm/model_executor/models/keye.py"

@@ -7,7 +7,7 @@ import json
 
 from fuzz.catalog import TARGETS
 from fuzz.config import RunConfig
-from fuzz.orchestrate import fuzz_all
+from fuzz.run.orchestrate import fuzz_all
 from fuzz.targets import lookup
 from tests.support import fuzz
 
@@ -57,14 +57,14 @@ def test_corpus_database_replays_a_known_failure_first(tmp_path):
     # Straight from Hypothesis' example database: the saved failing case runs first. It holds at most
     # SPECS_PER_CASE specs; the shrinker usually leaves the failing one alone, but may stop a deletion
     # short (the H200's loaded run of 2026-12-02 replayed a 2-spec case: failure at example 2).
-    from fuzz.runner import SPECS_PER_CASE
+    from fuzz.engine.runner import SPECS_PER_CASE
 
     assert again.first_failure_at <= SPECS_PER_CASE and again.first_failure_at < first.first_failure_at
     saved = list((tmp_path / "failures").glob("*.json"))
     assert len(saved) == 1 and json.loads(saved[0].read_text())["verdict"] == "divergence"
 
 
-# -- several specs per Hypothesis test case (fuzz.runner.SPECS_PER_CASE) --
+# -- several specs per Hypothesis test case (fuzz.engine.runner.SPECS_PER_CASE) --
 
 class TinyInputs:
     """fla-chunk-offsets' inputs with one possible spec: Hypothesis exhausts it at once."""
@@ -104,7 +104,7 @@ def test_an_exhausted_input_space_ends_the_target():
     assert 1 <= outcome.examples < 500 and not outcome.failures  # stopped, did not loop on fresh seeds
 
 
-# -- one draw, every device (fuzz.devices.on_devices) --
+# -- one draw, every device (fuzz.engine.devices.on_devices) --
 # CI has no GPU, so two names of the CPU stand for two devices: the engine keys tallies, specs and repros
 # by the name, and torch builds "cpu:0" tensors on the CPU. The targets' invariants are off: an output
 # on "cpu" is not on the spec's "cpu:0" to them (tests/gpu runs the real pair, cpu and cuda).
@@ -118,7 +118,7 @@ def _on_two(base_name: str, **changes: object) -> object:
 
 
 def _recording(monkeypatch) -> list[dict]:  # noqa: ANN001
-    import fuzz.runner as runner
+    import fuzz.engine.runner as runner
 
     seen: list[dict] = []
     run = runner.run_example
@@ -193,7 +193,7 @@ def test_the_engine_phase_is_read_from_this_hypothesis():
     from hypothesis import given, seed, settings
     from hypothesis import strategies as st
 
-    from fuzz.runner import _ENGINE_CALL, _engine_phase, hypothesis_settings, is_shrink_step
+    from fuzz.engine.runner import _ENGINE_CALL, _engine_phase, hypothesis_settings, is_shrink_step
 
     assert _ENGINE_CALL is not None
     phases: Counter = Counter()

@@ -9,10 +9,10 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from fuzz import session
 from fuzz.cli import main
 from fuzz.config import RunConfig
-from fuzz.model import EXIT_OK
+from fuzz.records.model import EXIT_OK
+from fuzz.run import session
 from tests.support import cli
 
 TWO = ["--target", "fla-chunk-offsets", "--target", "glm4v-embeddings"]
@@ -47,7 +47,7 @@ def test_workers_distribute_items_over_xdist(tmp_path):
 @pytest.mark.slow
 def test_each_workers_last_item_is_told_so_and_given_a_share(tmp_path):
     """3 items on 2 workers: pytest-xdist hands them out round-robin at once, one worker gets 1 and the
-    other 2; the last item on each worker knows it (fuzz/xdist_last.py), so it may run to the run's end
+    other 2; the last item on each worker knows it (fuzz/run/xdist_last.py), so it may run to the run's end
     (the shares themselves: tests/unit/test_budget.py). 24 s, twice the minimum, so a busy host's slow
     start-up still leaves every item examples."""
     result = cli("run", "--device", "cpu", "--seed", "1", "--budget", "24", "--confirm", "0", "--workers", "2",
@@ -215,7 +215,7 @@ def test_two_runs_on_one_corpus_each_report_what_they_ran(tmp_path):
 
 @pytest.mark.parametrize("pieces,examples", [(50, 5), (3, 100), (2, 7)])
 def test_pieces_add_up_to_exactly_the_examples_asked_for(pieces, examples, tmp_path):
-    from fuzz.plan import plan
+    from fuzz.run.plan import plan
     from fuzz.targets import lookup
 
     items = plan(lookup(["fla-chunk-offsets"]), seed=0, pieces=pieces, max_examples=examples)

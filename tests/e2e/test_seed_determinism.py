@@ -1,5 +1,5 @@
 """One seed draws the same examples in every way a run can be made: in-process, in its worker process,
-and under pytest-xdist workers (fuzz.runner.no_local_constants; tests/unit/test_seed_determinism.py has
+and under pytest-xdist workers (fuzz.engine.runner.no_local_constants; tests/unit/test_seed_determinism.py has
 the mechanism). Before the pin, fla-chunk-indices at seed 0 had 7 inputs where both sides raise in a
 worker process and 19 in-process."""
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from fuzz.config import RunConfig
+from fuzz.engine.runner import fuzz_target
 from fuzz.errors import UsageError
 from fuzz.releases.merge3 import Conflict, merge3
 from fuzz.releases.packs import SHIPPED_PACKS, PackSource, read_manifest
 from fuzz.releases.sides import CannotBuild, bind, check_side, template_for
-from fuzz.runner import fuzz_target
 from fuzz.targets import lookup
 from tests.shimtrees import pack_checkout
 from tests.support import cli

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.codediff import changed_definitions
+from fuzz.code.codediff import changed_definitions
 from fuzz.releases.packs import catalog_paths, read_manifest
 from fuzz.releases.sidebuild import build_module, moved_modules
 from fuzz.releases.sides import CannotBuild, _identity, base_source, bind

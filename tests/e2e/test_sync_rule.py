@@ -1,4 +1,4 @@
-"""Which sync rule judges a target (fuzz/syncrule.py, docs/verdicts.md#which-sync-rule).
+"""Which sync rule judges a target (fuzz/oracles/syncrule.py, docs/verdicts.md#which-sync-rule).
 
 No GPU here: the verdicts are checked on constructed SideResults with a CUDA spec (nothing is launched),
 the rule on sides built offline from the source packs shipped in sources/.
@@ -12,16 +12,16 @@ import json
 import pytest
 import torch
 
-from fuzz.compare import differential
 from fuzz.config import RunConfig
-from fuzz.execute import ExampleResult
-from fuzz.model import DeviceTally, ReportError
-from fuzz.outcome import Raised, SideResult
+from fuzz.engine.execute import ExampleResult
+from fuzz.engine.runner import TallyCounter, fuzz_target
+from fuzz.oracles.compare import differential
+from fuzz.oracles.outcome import Raised, SideResult
+from fuzz.oracles.syncrule import descent_parts, function_syncs, optimized_descends, sync_rule
+from fuzz.records.model import DeviceTally, ReportError
+from fuzz.records.verdicts import Verdict, decide_example
 from fuzz.releases import bind_sides
-from fuzz.runner import TallyCounter, fuzz_target
-from fuzz.syncrule import descent_parts, function_syncs, optimized_descends, sync_rule
 from fuzz.targets import lookup
-from fuzz.verdicts import Verdict, decide_example
 from tests.e2e.test_sides import FLA, tree
 
 OFFSETS = "fla-chunk-offsets"
@@ -263,8 +263,8 @@ def test_a_changed_consumer_with_the_copys_field_config_does_not_descend(tmp_pat
 
 
 def test_the_row_and_its_note_say_which_parts_descended(tmp_path):
-    from fuzz.model import Report
-    from fuzz.report import report_notes
+    from fuzz.records.model import Report
+    from fuzz.reports.report import report_notes
 
     moved = tree(tmp_path, {INTERNS1: (KEPT, MOVED)})
     config = RunConfig(targets=(INTERNS1_TARGET,), legacy="vllm==0.27.1", optimized=str(moved), max_examples=2,

@@ -6,8 +6,8 @@ import pytest
 
 import tests.planted as planted
 from fuzz.catalog import TARGETS
-from fuzz.triage import load_known_issues, mark_known
-from fuzz.verdicts import Verdict
+from fuzz.records.verdicts import Verdict
+from fuzz.run.triage import load_known_issues, mark_known
 from tests.conftest import requires_cuda
 from tests.support import ROOT, fuzz
 
@@ -33,7 +33,7 @@ def test_planted_sync_regression_is_reported_on_cuda(name):
 
 @pytest.fixture(scope="module")
 def isolation(tmp_path_factory):
-    from fuzz.isolation import Isolation
+    from fuzz.run.isolation import Isolation
 
     isolation = Isolation(workdir=tmp_path_factory.mktemp("journal"))
     yield isolation
@@ -51,7 +51,7 @@ def test_planted_bug_is_reported_on_cuda(name, isolation):
     unusable (a crash verdict: found). In-process it failed every later CUDA
     test of the same pytest worker (H200, 2026-11-29: 45 such failures)."""
     from fuzz.config import RunConfig
-    from fuzz.isolation import fuzz_isolated
+    from fuzz.run.isolation import fuzz_isolated
 
     plant = {p.name: p for p in planted.BUGS}[name]
     config = RunConfig(devices=("cuda",), seed=0, max_examples=200, target_modules=("tests.planted",),
@@ -77,10 +77,10 @@ _ONE_DRAW = [(t.name, "caller") for t in TARGETS] + [
 
 @pytest.mark.parametrize(("name", "contract"), sorted(_ONE_DRAW))
 def test_one_draw_runs_on_cpu_and_cuda(name, contract, monkeypatch):
-    """fuzz.devices.on_devices on the real pair: a spec drawn once runs on cpu and on cuda, except where its
+    """fuzz.engine.devices.on_devices on the real pair: a spec drawn once runs on cpu and on cuda, except where its
     model refuses the device (runs_on: a CUDA-only form not on cpu, ids past the grid not on cuda, where
     they would end the process). No fuzzer error, no crash; under the caller contract no new failure."""
-    import fuzz.runner as runner
+    import fuzz.engine.runner as runner
 
     refused: list[dict] = []
     run = runner.run_example
@@ -108,7 +108,7 @@ def test_one_draw_runs_on_cpu_and_cuda(name, contract, monkeypatch):
 def test_ultravox_on_sdpa_costs_its_consumer_a_sync_per_layer_call():
     """F17, measured: 0.28.0 hands the whisper layers a device cu_seqlens, which
     torch_sdpa_wrapper reads with .tolist(); 0.27.1's dense mask cost nothing."""
-    from fuzz.execute import run_example
+    from fuzz.engine.execute import run_example
 
     spec = {"device": "cuda", "dtype": "float32", "seed": 0, "field_dtype": "int64",
             "field_on": {"legacy": "device", "optimized": "cpu"}, "num_mel_bins": 1, "d_model": 4,
@@ -148,7 +148,7 @@ def test_empty_pinned_list_is_not_a_hidden_sync():
     """async_tensor_h2d([]) pins an empty tensor: it has no storage pointer, so
     is_pinned() is False, but a zero-byte copy stages nothing. Counting it was a
     false sync-regression in the first multi-GPU nightly run (2026-11-29)."""
-    from fuzz.execute import run_example
+    from fuzz.engine.execute import run_example
 
     result = run_example(BY_NAME["async-tensor-h2d"], {"device": "cuda", "values": [], "form": "list", "dtype": None})
     assert result.verdict is Verdict.AGREE, result.mismatches
@@ -158,7 +158,7 @@ def test_empty_pinned_list_is_not_a_hidden_sync():
 def test_only_a_large_pageable_non_blocking_copy_counts():
     import torch
 
-    from fuzz.syncs import PAGEABLE_STAGED_BYTES, counting_syncs
+    from fuzz.oracles.syncs import PAGEABLE_STAGED_BYTES, counting_syncs
 
     with counting_syncs(True) as tally:
         torch.empty(2 * PAGEABLE_STAGED_BYTES, dtype=torch.uint8).to("cuda", non_blocking=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from fuzz.config import RunConfig
-from fuzz.runner import fuzz_target
+from fuzz.engine.runner import fuzz_target
+from fuzz.records.verdicts import Verdict
 from fuzz.targets import lookup
-from fuzz.verdicts import Verdict
 from tests.conftest import requires_cuda
 from tests.e2e.test_sides import tree
 from tests.e2e.test_sync_rule import FIELD_CONFIG, INTERNS1, INTERNS1_TARGET, KEPT, MOVED

@@ -84,25 +84,25 @@ class WorkStarted(AssertionError):
 @pytest.fixture
 def no_work(monkeypatch):
     """Every entry point of real work raises: a case must be refused before it."""
-    import fuzz.corpusmerge
-    import fuzz.orchestrate
+    import fuzz.commands.corpusmerge
     import fuzz.releases.packs
     import fuzz.releases.scaffold
     import fuzz.releases.sources
-    import fuzz.replay
-    import fuzz.selftest
-    import fuzz.session
-    import fuzz.workers
+    import fuzz.run.orchestrate
+    import fuzz.run.replay
+    import fuzz.run.selftest
+    import fuzz.run.session
+    import fuzz.run.workers
 
     def started(*args, **kwargs):
         raise WorkStarted("work started for a case that should have been refused")
 
-    for module, name in [(fuzz.orchestrate, "fuzz_all"), (fuzz.workers, "run_with_xdist"),
-                         (fuzz.replay, "replay_file"), (fuzz.cli, "write_outputs"),
-                         (fuzz.session, "write_outputs"),
-                         (fuzz.selftest, "selftest_target"), (fuzz.releases.packs, "write_pack"),
+    for module, name in [(fuzz.run.orchestrate, "fuzz_all"), (fuzz.run.workers, "run_with_xdist"),
+                         (fuzz.run.replay, "replay_file"), (fuzz.cli, "write_outputs"),
+                         (fuzz.run.session, "write_outputs"),
+                         (fuzz.run.selftest, "selftest_target"), (fuzz.releases.packs, "write_pack"),
                          (fuzz.releases.packs, "fetch_wheel"), (fuzz.releases.sources, "fetch_wheel"),
-                         (fuzz.releases.scaffold, "write"), (fuzz.corpusmerge, "write_merge")]:
+                         (fuzz.releases.scaffold, "write"), (fuzz.commands.corpusmerge, "write_merge")]:
         monkeypatch.setattr(module, name, started)
     # No downloads and no user cache: releases resolve from the packs shipped in sources/ only.
     monkeypatch.delenv("SYNCFUZZ_SOURCES", raising=False)
@@ -645,14 +645,14 @@ def test_a_merge_replaces_an_earlier_merge(world, capsys):
 
 
 def test_a_report_in_the_corpus_reports_folder_is_fine(world):
-    from fuzz.preflight import check_no_collisions
+    from fuzz.reports.preflight import check_no_collisions
 
     check_no_collisions({"--report": world / "corpus" / "reports" / "r.json"}, {}, world / "corpus")
 
 
 def test_collisions_see_through_links_and_dots(world):
     from fuzz.errors import UsageError
-    from fuzz.preflight import check_no_collisions
+    from fuzz.reports.preflight import check_no_collisions
 
     (world / "linked").symlink_to(world / "corpus")
     with pytest.raises(UsageError, match="failures/ folder"):

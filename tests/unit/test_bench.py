@@ -95,7 +95,7 @@ def test_bench_says_why_when_a_scaling_run_cannot_start(monkeypatch, capsys):
                "--target", "fla-chunk-offsets")
     assert exited.value.code == 2
     (line,) = [text for text in capsys.readouterr().err.splitlines() if text.startswith("bench:")]
-    assert "--budget 0.2" in line and "use --budget 6 or more" in line  # 2 pieces, --confirm 0: fuzz.limits.min_budget
+    assert "--budget 0.2" in line and "use --budget 6 or more" in line  # 2 pieces, --confirm 0: limits.min_budget
 
 
 @pytest.mark.parametrize("bad, says", [(["--workers", "1,x"], "give worker counts like 1,4,16"),

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from fuzz.budget import Board, fair_share, item_share
+from fuzz.run.budget import Board, fair_share, item_share
 
 # Every item gets at least 90% of what equal items packed into the slots would
 # get (budget / ceil(items / workers)), so at least 45% of the fair share
@@ -87,7 +87,7 @@ def test_running_items_keep_what_they_were_promised():
 @pytest.fixture
 def clocked_board(tmp_path, monkeypatch):
     """A real file board on a clock the test moves: (board, [now])."""
-    import fuzz.budget as budget
+    import fuzz.run.budget as budget
 
     now = [1000.0]
     monkeypatch.setattr(budget.time, "time", lambda: now[0])
@@ -115,7 +115,7 @@ def simulate_xdist(workers: int, items: int, budget: float, last_runs_to_end: bo
     two queued per worker at first (all round-robin when there are fewer than two per worker), one more
     each time a worker finishes an item while any is left, "shutdown" once none is; a worker starts its
     next item only when it knows the one after (``nextitem``), which is None after "shutdown"
-    (fuzz/xdist_last.py). Returns the shares and the share of workers x budget the items filled."""
+    (fuzz/run/xdist_last.py). Returns the shares and the share of workers x budget the items filled."""
     pending = list(range(items))
     queues: list[list[int]] = [[] for _ in range(workers)]
     shut = [False] * workers

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import charts
-from fuzz.merge import read_report
-from fuzz.model import DeviceTally, Failure, Report, TargetEntry
+from fuzz.records.model import DeviceTally, Failure, Report, TargetEntry
+from fuzz.reports import charts
+from fuzz.reports.merge import read_report
 
 H200 = Path(__file__).parents[1] / "data" / "h200-cuda.json"  # a real `fuzz run --device cuda` on an H200
 

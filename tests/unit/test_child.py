@@ -1,4 +1,4 @@
-"""The one child-process protocol (fuzz/child.py): what each kind of child gets and sends back.
+"""The one child-process protocol (fuzz/run/child.py): what each kind of child gets and sends back.
 
 No child is started here: each kind's environment is built as its parent builds it, and the answers are
 written as the children write them. tests/e2e/test_isolation.py, test_replay.py and test_scale.py start
@@ -12,10 +12,10 @@ import os
 
 import pytest
 
-from fuzz import child
 from fuzz.config import RunConfig
 from fuzz.errors import HarnessError
-from fuzz.gpushare import LOG_ENV, PIPE_ENV, SHARE_ENV, outside_mps
+from fuzz.run import child
+from fuzz.run.gpushare import LOG_ENV, PIPE_ENV, SHARE_ENV, outside_mps
 from tests.unit.test_config import everything_set
 
 ROOT = str(child.REPO_ROOT)
@@ -34,8 +34,8 @@ def environ(monkeypatch):
 def test_the_repo_root_is_defined_once_and_is_this_source_tree():
     from fuzz import targets, versions
 
-    assert (child.REPO_ROOT / "fuzz" / "child.py").is_file()
-    assert targets.PROJECT_ROOT is child.REPO_ROOT and versions.ROOT is child.REPO_ROOT
+    assert (versions.REPO_ROOT / "fuzz" / "versions.py").is_file()
+    assert targets.PROJECT_ROOT is versions.REPO_ROOT and child.REPO_ROOT is versions.REPO_ROOT
 
 
 def test_child_env_puts_the_root_first_sets_threads_and_applies_the_extras(environ):
@@ -49,7 +49,7 @@ def test_child_env_puts_the_root_first_sets_threads_and_applies_the_extras(envir
 
 
 def test_the_isolated_worker_gets_root_threads_and_the_runs_mps(environ, monkeypatch):
-    from fuzz.isolation import worker_env
+    from fuzz.run.isolation import worker_env
 
     monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the caller's own setting wins
     env = worker_env({**MPS, "CUDA_VISIBLE_DEVICES": "1"})
@@ -59,7 +59,7 @@ def test_the_isolated_worker_gets_root_threads_and_the_runs_mps(environ, monkeyp
 
 
 def test_the_xdist_controller_gets_root_threads_mps_and_xdist_alone(environ, tmp_path):
-    from fuzz.workers import xdist_env
+    from fuzz.run.workers import xdist_env
 
     env = xdist_env(tmp_path / "run.json", MPS)
     assert env["PYTHONPATH"].split(os.pathsep)[0] == ROOT
@@ -70,13 +70,13 @@ def test_the_xdist_controller_gets_root_threads_mps_and_xdist_alone(environ, tmp
 
 
 def test_a_replay_child_gets_the_root_and_no_thread_settings_as_before(environ, monkeypatch):
-    from fuzz.isolation import Isolation
-    from fuzz.replay import replay_env
+    from fuzz.run.isolation import Isolation
+    from fuzz.run.replay import replay_env
 
     env = replay_env()
     assert env["PYTHONPATH"] == os.pathsep.join([ROOT, "/elsewhere"])
     assert not set(child.THREAD_POOL_ENV) & env.keys()
-    # An MPS victim's replay (fuzz/isolation.py): the isolation's environment, outside the run's MPS server.
+    # An MPS victim's replay (fuzz/run/isolation.py): the isolation's environment, outside the run's MPS server.
     victim = replay_env(outside_mps(Isolation(env=dict(MPS)).full_env()))
     assert victim["PYTHONPATH"].split(os.pathsep)[0] == ROOT
     assert PIPE_ENV not in victim and LOG_ENV not in victim and victim[SHARE_ENV] == "time-sliced"
@@ -84,9 +84,9 @@ def test_a_replay_child_gets_the_root_and_no_thread_settings_as_before(environ, 
 
 def test_a_setting_survives_the_round_trip_to_each_child_and_a_changed_one_is_refused(tmp_path):
     """A setting must not be lost on the way to a worker process."""
-    from fuzz.isolation import _read_result, job_args, job_config
-    from fuzz.model import TargetEntry
-    from fuzz.workers import _entries
+    from fuzz.records.model import TargetEntry
+    from fuzz.run.isolation import _read_result, job_args, job_config
+    from fuzz.run.workers import _entries
 
     config = everything_set()
     entry = TargetEntry(name="fla-chunk-offsets")

@@ -50,7 +50,7 @@ BAD_RUNS = {
     "budget-and-examples": (["--budget", "3", "--max-examples", "4"], "not allowed with"),
     "zero-examples": (["--max-examples", "0"], "at least 1"),
     # targets x 2 pieces x (worker start-up + 0.5 s), with 10% of the budget kept for --confirm's
-    # replays (fuzz.limits.min_budget; the count comes from the catalog: a new target must not turn this red).
+    # replays (fuzz.run.limits.min_budget; the count comes from the catalog: a new target must not turn this red).
     "impossible-budget": (["--budget", "1", "--pieces", "2"],
                           f"use --budget {math.ceil(3.0 * len(lookup([])) * 2 / 0.9)} or more"),
     "bad-seed": (["--seed", "x"], "whole number"),

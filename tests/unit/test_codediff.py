@@ -1,4 +1,4 @@
-"""fuzz/codediff.py: definitions compared as code (comments, docstrings and layout aside), and the
+"""fuzz/code/codediff.py: definitions compared as code (comments, docstrings and layout aside), and the
 definitions that differ between two vllm sources (docs/reach.md)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.codediff import Change, changed_definitions, definitions, digest, digests
+from fuzz.code.codediff import Change, changed_definitions, definitions, digest, digests
 from fuzz.releases.packs import PackSource, catalog_paths
 from fuzz.releases.sources import TextSource
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from fuzz.compare import compare_values, differential
-from fuzz.outcome import Raised, SideResult
+from fuzz.oracles.compare import compare_values, differential
+from fuzz.oracles.outcome import Raised, SideResult
+from fuzz.records.verdicts import Verdict
 from fuzz.targets import Comparison
-from fuzz.verdicts import Verdict
 
 CLOSE, EXACT = Comparison("close"), Comparison("exact")
 T = torch.tensor
@@ -172,7 +172,7 @@ def test_layout_must_be_a_bool():
     assert LAYOUT.as_json() == {"floats": "exact", "integers": "exact", "layout": True}
 
 
-# -- outputs no oracle can tell apart (fuzz.execute asks the oracles once for them) --
+# -- outputs no oracle can tell apart (fuzz.engine.execute asks the oracles once for them) --
 
 @pytest.mark.parametrize("legacy, optimized, same", [
     ([T([1.0, float("nan")]), {"a": 3}], [T([1.0, float("nan")]), {"a": 3}], True),
@@ -181,13 +181,13 @@ def test_layout_must_be_a_bool():
     (T([1], dtype=torch.int32), T([1]), False),
 ])
 def test_same_exactly_means_bitwise_values_and_layout(legacy, optimized, same):
-    from fuzz.compare import same_exactly
+    from fuzz.oracles.compare import same_exactly
 
     assert same_exactly(legacy, optimized) is same
 
 
 def test_values_known_equal_are_not_compared_again(monkeypatch):
-    import fuzz.compare as compare
+    import fuzz.oracles.compare as compare
 
     monkeypatch.setattr(compare, "compare_values", lambda *args: pytest.fail("compared again"))
     assert differential(_ok(T([1]), 2), _ok(T([1]), 3), CLOSE, known_equal=True) == (Verdict.AGREE, [])
@@ -196,7 +196,7 @@ def test_values_known_equal_are_not_compared_again(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("scale", [0.0, 1e-7, 1e-5, 1e-3, 1e-2, 1e-1])
 def test_the_fast_closeness_check_passes_exactly_what_assert_close_passes(dtype, scale):
-    from fuzz.compare import _close_fast
+    from fuzz.oracles.compare import _close_fast
 
     generator = torch.Generator().manual_seed(int(scale * 1e7) + 1)
     a = torch.randn(64, generator=generator).to(dtype)

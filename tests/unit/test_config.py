@@ -57,7 +57,7 @@ def test_json_round_trip_keeps_every_field():
 
 
 def test_the_isolated_worker_reads_the_config_it_was_sent(tmp_path):
-    from fuzz.isolation import job_args, job_config
+    from fuzz.run.isolation import job_args, job_config
 
     config = everything_set()
     args = job_args("fla-chunk-offsets", config, first_chunk=0, ends_at=None, journal=tmp_path / "j",
@@ -67,8 +67,8 @@ def test_the_isolated_worker_reads_the_config_it_was_sent(tmp_path):
 
 
 def test_the_parent_refuses_a_result_run_with_other_settings(tmp_path):
-    from fuzz.isolation import _read_result
-    from fuzz.model import TargetEntry
+    from fuzz.records.model import TargetEntry
+    from fuzz.run.isolation import _read_result
 
     config = everything_set()
     result = tmp_path / "result.json"
@@ -79,9 +79,9 @@ def test_the_parent_refuses_a_result_run_with_other_settings(tmp_path):
 
 
 def test_each_xdist_worker_reads_the_config_of_the_run(tmp_path):
-    from fuzz.plan import plan
-    from fuzz.workers import run_file_content
-    from fuzz.xdist_items import item_config
+    from fuzz.run.plan import plan
+    from fuzz.run.workers import run_file_content
+    from fuzz.run.xdist_items import item_config
 
     config = everything_set()
     items = plan(lookup(["fla-chunk-offsets"]), seed=config.seed, pieces=2, max_examples=config.max_examples)
@@ -90,8 +90,8 @@ def test_each_xdist_worker_reads_the_config_of_the_run(tmp_path):
 
 
 def test_a_repro_file_and_so_replay_and_confirm_rebuild_the_run(tmp_path):
-    from fuzz.execute import run_example
-    from fuzz.repro import load_repro, repro_config, repro_payload, save_repro
+    from fuzz.engine.execute import run_example
+    from fuzz.engine.repro import load_repro, repro_config, repro_payload, save_repro
 
     config = everything_set()
     (target,) = lookup(["fla-chunk-offsets"])
@@ -101,7 +101,7 @@ def test_a_repro_file_and_so_replay_and_confirm_rebuild_the_run(tmp_path):
 
 
 def test_the_report_records_the_whole_config():
-    from fuzz.model import Report
+    from fuzz.records.model import Report
 
     config = everything_set()
     data = json.loads(json.dumps(Report((), run=config.to_json()).to_json()))
@@ -153,7 +153,7 @@ def test_a_relative_corpus_reaches_the_workers_as_an_absolute_path(tmp_path, mon
     """xdist workers run in their journal folder: a relative corpus put their repro files there. The run's
     config keeps it as given (the outputs show repro paths the way the user named the corpus)."""
     from fuzz.cli import _apply_profile, build_parser, run_config
-    from fuzz.session import _for_workers
+    from fuzz.run.session import _for_workers
 
     monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(["run", "--corpus", "corpus"])

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from fuzz.engine.execute import run_example
 from fuzz.errors import HarnessError
-from fuzz.execute import run_example
+from fuzz.records.verdicts import Verdict
 from fuzz.targets import lookup
-from fuzz.verdicts import Verdict
 from strategies.diffusion_gemma import STATE_TENSORS, index_in_form, sampler_sync_budget, slot_in_form, state_dims
 
 STATES, SAMPLER = lookup(["diffusion-gemma-states", "diffusion-gemma-sampler"])

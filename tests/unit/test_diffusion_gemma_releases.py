@@ -22,11 +22,11 @@ import pytest
 from hypothesis import HealthCheck, find, settings
 
 from fuzz.api import RELEASE_ATTRIBUTE, Impl
-from fuzz.execute import run_example
+from fuzz.engine.execute import run_example
+from fuzz.records.verdicts import Verdict
 from fuzz.releases.packs import SHIPPED_PACKS, catalog_paths, read_manifest
 from fuzz.releases.sides import bind
 from fuzz.targets import lookup
-from fuzz.verdicts import Verdict
 from strategies.diffusion_gemma import (
     IdentityHead,
     SamplerConvention,

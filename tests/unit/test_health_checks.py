@@ -1,6 +1,6 @@
 """Each input model passes Hypothesis' health checks, which the engine itself suppresses.
 
-The fuzzer turns them off (fuzz.runner: a slow target's first draws would otherwise fail a run), so
+The fuzzer turns them off (fuzz.engine.runner: a slow target's first draws would otherwise fail a run), so
 nothing else would notice an input model whose data generation became too slow, filtered too much or
 drew oversized examples. Here each model's spec strategy is drawn with every health check on but the
 timing one: the specs only, as plain data, on both devices' names (no tensors are built).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from fuzz.html import html_report, verdict_class
-from fuzz.model import DeviceTally, Report, TargetEntry
+from fuzz.records.model import DeviceTally, Report, TargetEntry
+from fuzz.reports.html import html_report, verdict_class
 
 
 def _ran(name: str, **fields) -> TargetEntry:

@@ -14,9 +14,9 @@ import legacy.keep_on_cpu as legacy_copy
 import optimized.keep_on_cpu as optimized_copy
 import strategies.keep_on_cpu as koc
 from fuzz.catalog import TARGETS
+from fuzz.engine.execute import run_example, run_side
 from fuzz.errors import HarnessError
-from fuzz.execute import run_example, run_side
-from fuzz.verdicts import Verdict
+from fuzz.records.verdicts import Verdict
 from tests.conftest import requires_cuda
 
 KOC = {t.name: t for t in TARGETS if t.name.startswith("keep-on-cpu-")}

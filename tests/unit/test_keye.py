@@ -7,9 +7,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from fuzz.execute import run_example, run_side
+from fuzz.engine.execute import run_example, run_side
+from fuzz.records.verdicts import Verdict
 from fuzz.targets import lookup
-from fuzz.verdicts import Verdict
 from strategies.keye import (
     MAX_VIDEO_ROWS,
     _encoder_specs,

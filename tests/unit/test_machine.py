@@ -1,4 +1,4 @@
-"""The machine's use in the report (fuzz/machine.py): NVML sampled without a GPU (a fake ``pynvml``),
+"""The machine's use in the report (fuzz/reports/machine.py): NVML sampled without a GPU (a fake ``pynvml``),
 examples/s per device, the sharing mode, and how Markdown, HTML, the notes and merge-reports show it."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import uuid
 import pytest
 
 from fuzz.config import RunConfig
-from fuzz.formats import markdown
-from fuzz.html import html_report
-from fuzz.machine import NOT_INSTALLED, GpuSampler, machine_lines, machine_use, visible_indices
-from fuzz.merge import merge_reports
-from fuzz.model import DeviceTally, Report, TargetEntry
-from fuzz.report import report_notes
-from fuzz.scope import run_scope
+from fuzz.records.model import DeviceTally, Report, TargetEntry
+from fuzz.reports.formats import markdown
+from fuzz.reports.html import html_report
+from fuzz.reports.machine import NOT_INSTALLED, GpuSampler, machine_lines, machine_use, visible_indices
+from fuzz.reports.merge import merge_reports
+from fuzz.reports.report import report_notes
+from fuzz.reports.scope import run_scope
 
 MIB = 1 << 20
 
@@ -274,7 +274,7 @@ def test_a_run_records_the_machine_it_used(tmp_path):
     """The whole path: a CPU run's report says how many examples per device, at what rate, and that there
     was no GPU to share (no NVML sampling without CUDA examples)."""
     from fuzz.config import RunConfig
-    from fuzz.session import run
+    from fuzz.run.session import run
 
     report = tmp_path / "r.json"
     config = RunConfig(targets=("fla-chunk-offsets",), devices=("cpu",), max_examples=7, seed=1, isolated=False,

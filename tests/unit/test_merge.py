@@ -14,8 +14,8 @@ import pytest
 
 from fuzz.cli import main
 from fuzz.config import RunConfig
-from fuzz.model import REPORT_FORMAT, DeviceTally, Report, TargetEntry
-from fuzz.scope import run_scope
+from fuzz.records.model import REPORT_FORMAT, DeviceTally, Report, TargetEntry
+from fuzz.reports.scope import run_scope
 
 COPY = {"legacy": {"kind": "copy", "code_sha256": "c0de"}, "optimized": {"kind": "copy", "code_sha256": "c0de"}}
 RAN = DeviceTally(examples=5, verdicts={"agree": 5})
@@ -44,7 +44,7 @@ PLAN = RunConfig(targets=("t",), seed=3, max_examples=40, pieces=4)
 def refused(tmp_path, capsys, *inputs: str, out_exists: bool = False) -> str:
     """merge-reports on ``inputs``: exit 2, one error line, OUT untouched; the line."""
     out = tmp_path / "out.json"
-    # An earlier merge's report: OUT may replace only a report (fuzz.preflight.check_overwrite).
+    # An earlier merge's report: OUT may replace only a report (fuzz.reports.preflight.check_overwrite).
     before = json.dumps({"format": REPORT_FORMAT, "note": "an earlier merge"}).encode()
     if out_exists:
         out.write_bytes(before)
@@ -303,7 +303,7 @@ def test_a_merge_exits_by_what_it_holds_not_by_the_signal_that_stopped_an_input(
     assert data["partial"] == "shard 2/2 was interrupted by SIGTERM in fuzzing" and data["never_ran"] == ["u"]
     assert data["run"]["scope"]["complete"] is True  # every shard is there; one of them is partial
     capsys.readouterr()
-    from fuzz.model import Failure
+    from fuzz.records.model import Failure
 
     failing = entry("t").with_failures([Failure(device="cpu", verdict="divergence", input={})])
     found = stopped(tmp_path, "found.json", scoped(plan), ["t", "u"], failing)
@@ -349,7 +349,7 @@ def test_a_merge_missing_a_shard_says_so_in_markdown_and_junit(tmp_path, capsys)
 
 def test_shrink_steps_add_up_and_an_older_report_has_none():
     """DeviceTally.shrink_steps (issue #45): summed like the examples; absent in a report from before: 0."""
-    from fuzz.model import ReportError
+    from fuzz.records.model import ReportError
 
     merged = DeviceTally(examples=10, verdicts={"agree": 10}, shrink_steps=2) + DeviceTally(
         examples=5, verdicts={"agree": 4, "divergence": 1}, shrink_steps=30)

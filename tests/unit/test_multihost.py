@@ -15,8 +15,8 @@ from typing import Callable
 import pytest
 
 from fuzz.cli import build_parser, main
-from fuzz.corpusmerge import example_name
-from fuzz.plan import parse_shard
+from fuzz.commands.corpusmerge import example_name
+from fuzz.run.plan import parse_shard
 from tests.unit.test_merge import _counts
 from tests.unit.test_workflows import _fuzz_commands, expand
 
@@ -351,7 +351,7 @@ def test_a_repro_name_held_with_other_content_keeps_both(tmp_path, capsys):
 
 
 def test_a_copy_cut_short_is_left_out_and_the_merge_completes_it(tmp_path, capsys):
-    """A merge killed mid-copy leaves a ``.tmp-*`` file beside whole ones (fuzz.outputs.write_bytes): it is no
+    """A merge killed mid-copy leaves a ``.tmp-*`` file beside whole ones (fuzz.reports.outputs.write_bytes): it is no
     example, so a corpus holding one still merges, without it."""
     value = b"\x01\x02"
     key = "0123456789abcdef"

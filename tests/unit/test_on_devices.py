@@ -1,4 +1,4 @@
-"""One draw, every device (fuzz.devices.on_devices): which devices a drawn spec runs on, and the input
+"""One draw, every device (fuzz.engine.devices.on_devices): which devices a drawn spec runs on, and the input
 models that refuse a device (``runs_on``)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzz.devices import on_devices
-from fuzz.runner import no_local_constants
+from fuzz.engine.devices import on_devices
+from fuzz.engine.runner import no_local_constants
 from fuzz.targets import CONTRACTS, lookup
 from strategies.paddleocr_vl import PaddleOCREncoderInputs
 from strategies.torch_utils import CUDA_ONLY_FORMS, AsyncH2DInputs
@@ -60,7 +60,7 @@ def test_pinned_and_device_tensor_sources_need_cuda(form):
 
 def _drawn(target, device: str, contract: str, count: int = 300) -> list[dict]:
     """The same draws in any process: derandomized, and without Hypothesis' pool of constants from the
-    modules imported so far (fuzz.runner.no_local_constants says why)."""
+    modules imported so far (fuzz.engine.runner.no_local_constants says why)."""
     specs: list[dict] = []
 
     @settings(max_examples=count, database=None, derandomize=True, deadline=None,

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fuzz.oracles.ernie45_vl as oracles
-from fuzz.compare import compare_values
-from fuzz.execute import run_example
+from fuzz.engine.execute import run_example
+from fuzz.oracles.compare import compare_values
+from fuzz.records.verdicts import Verdict
 from fuzz.targets import CONTRACTS, Comparison, Target, lookup
-from fuzz.verdicts import Verdict
 from tests import planted
 from tests.conftest import requires_cuda
 

@@ -18,9 +18,9 @@ import fuzz.oracles.fla_index as fla
 import fuzz.oracles.glm4_1v as glm
 import fuzz.oracles.torch_utils as h2d
 import fuzz.oracles.v1_utils as buf
-from fuzz.compare import compare_values
-from fuzz.execute import run_side
+from fuzz.engine.execute import run_side
 from fuzz.oracles import Reference
+from fuzz.oracles.compare import compare_values
 from fuzz.targets import Comparison, Target, lookup, resolve_object
 from tests.conftest import requires_cuda
 from tests.planted.shared_fla_glm4 import SHARED_BUGS

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 import fuzz.oracles.diffusion_gemma as dg
 import fuzz.oracles.keep_on_cpu as koc
 import strategies.keep_on_cpu as koc_inputs
-from fuzz.compare import compare_values
-from fuzz.execute import run_side
+from fuzz.engine.execute import run_side
+from fuzz.oracles.compare import compare_values
 from fuzz.targets import CONTRACTS, Comparison, Target, lookup, resolve_object
 
 ULTRAVOX, INTERNS1, PHI4MM, KEYE, STATES, SAMPLER = lookup([
@@ -133,7 +133,7 @@ def test_ultravox_stand_in_layers_make_the_attention_s_reads_as_the_consumer_s(m
     """The 0.28.0 stand-in layer reads the metadata as the real attention does, per
     backend -- .item() of max_seqlen on the flash path, .tolist() of the segment
     lengths on the SDPA path -- inside consumer_reads(), so the syncs are the consumer's."""
-    from fuzz import syncs
+    from fuzz.oracles import syncs
     from strategies.keep_on_cpu import VarlenWhisperLayer
 
     reads: list[tuple[str, bool]] = []

@@ -15,14 +15,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from fuzz.compare import compare_values
 from fuzz.config import RunConfig
-from fuzz.execute import run_example, run_side
+from fuzz.engine.execute import run_example, run_side
 from fuzz.oracles import Reference
 from fuzz.oracles import keye as K
 from fuzz.oracles import paddleocr_vl as P
+from fuzz.oracles.compare import compare_values
+from fuzz.records.verdicts import Verdict
 from fuzz.targets import Comparison, lookup, resolve_object
-from fuzz.verdicts import Verdict
 from tests.conftest import requires_cuda
 from tests.planted.shared_keye_paddleocr import SHARED_BUGS
 

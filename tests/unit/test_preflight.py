@@ -77,7 +77,7 @@ def test_selftest_json_into_an_unwritable_place_is_refused_first(capsys):
 def test_a_report_that_cannot_be_written_at_the_end_goes_to_a_fallback(tmp_path, capsys, monkeypatch):
     """The folder was fine at the start and is a file by the end: the report
     is saved elsewhere, the line names where, and a clean run exits 2, not 0."""
-    import fuzz.session as session
+    import fuzz.run.session as session
 
     out = tmp_path / "out"
     out.mkdir()

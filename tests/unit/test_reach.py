@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from fuzz.config import RunConfig
-from fuzz.model import EXIT_INCOMPLETE, EXIT_OK, DeviceTally, Failure, Report, TargetEntry
-from fuzz.verdicts import SAME_CODE, UNREACHED, UNTESTED
+from fuzz.records.model import EXIT_INCOMPLETE, EXIT_OK, DeviceTally, Failure, Report, TargetEntry
+from fuzz.records.verdicts import SAME_CODE, UNREACHED, UNTESTED
 
-# The JSON model lives in fuzz/reachdata.py (torch-free); earlier it was part of fuzz/reach.py.
+# The JSON model lives in fuzz/records/reachdata.py (torch-free); earlier it was part of fuzz/reach/collect.py.
 try:
-    from fuzz import reachdata as data
+    from fuzz.records import reachdata as data
 except ImportError:  # pragma: no cover -- the layout before the split
-    from fuzz import reach as data
+    from fuzz.reach.collect import collect as data
 
 ReachError = data.ReachError
 ROOT = Path(__file__).resolve().parents[2]
@@ -309,8 +309,8 @@ def test_changes_not_covered_only_when_required():
 
 
 def test_the_report_renders_same_code_and_unreached():
-    from fuzz.formats import junit_xml, markdown
-    from fuzz.report import closing_line, failure_lines, reach_column, summary_rows, target_outcome
+    from fuzz.reports.formats import junit_xml, markdown
+    from fuzz.reports.report import closing_line, failure_lines, reach_column, summary_rows, target_outcome
 
     same, unreached = entry(reach()), dataclasses.replace(
         entry(reach(legacy=record(definitions={"f": unit(reached=[])}))), name="u")
@@ -342,7 +342,7 @@ def no_other_tracer():
 
 
 def fuzzed(name: str, **replaced) -> TargetEntry:
-    from fuzz.runner import fuzz_target
+    from fuzz.engine.runner import fuzz_target
     from fuzz.targets import lookup
 
     target = lookup([name])[0]
@@ -398,8 +398,8 @@ def test_a_measured_run_records_what_each_side_ran(measured, name, claimed, entr
         assert mapped and all(up > u["upstream_first_line"] for _, up in mapped)
         same = sum(normalize(mine[line - 1]) == normalize(theirs[up - 1]) for line, up in mapped)
         assert same >= 0.8 * len(mapped), (side, same, len(mapped))
-        # The digest is the copy's code, as fuzz/codediff.py cuts it.
-        from fuzz.codediff import definitions
+        # The digest is the copy's code, as fuzz/code/codediff.py cuts it.
+        from fuzz.code.codediff import definitions
 
         assert u["digest"] == definitions("\n".join(mine))[claimed].digest
         assert entry_function in rec["executed"]
@@ -424,7 +424,7 @@ def test_static_same_code_only_where_the_copies_are_identical(measured):
 
 
 def test_static_same_code_directly():
-    from fuzz.reach import static_same_code
+    from fuzz.reach.collect import static_same_code
     from fuzz.releases import bind_sides
     from fuzz.targets import lookup
 
@@ -435,7 +435,7 @@ def test_static_same_code_directly():
 
 
 def test_without_coverage_reach_is_empty(no_other_tracer):
-    from fuzz.runner import fuzz_target
+    from fuzz.engine.runner import fuzz_target
     from fuzz.targets import lookup
 
     got = fuzz_target(lookup(["fla-chunk-offsets"])[0],

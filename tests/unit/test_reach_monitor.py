@@ -1,4 +1,4 @@
-"""fuzz/reach_monitor.py: reach's sys.monitoring collector (Python 3.12+) records the arcs coverage.py's C
+"""fuzz/reach/monitor.py: reach's sys.monitoring collector (Python 3.12+) records the arcs coverage.py's C
 tracer records, so a report's lines and branches do not depend on which one measured them.
 
 The collector tests need sys.monitoring and skip on 3.11 (CI's Python); the H200 host runs them (3.12), and
@@ -15,8 +15,8 @@ from types import ModuleType
 import pytest
 
 from fuzz.errors import UsageError
-from fuzz.preflight import check_environment
-from fuzz.reach_monitor import REACH_CORE_ENV, TOOL_IDS, MonitorCollector, reach_core
+from fuzz.reach.monitor import REACH_CORE_ENV, TOOL_IDS, MonitorCollector, reach_core
+from fuzz.reports.preflight import check_environment
 
 needs_monitoring = pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is Python 3.12+")
 
@@ -276,7 +276,7 @@ def test_nothing_is_recorded_while_switched_off_and_stop_gives_the_tool_back(tmp
 @needs_monitoring
 def test_no_free_tool_id_is_a_reason_and_the_run_goes_on_unmeasured(tmp_path):
     from fuzz.config import RunConfig
-    from fuzz.runner import fuzz_target
+    from fuzz.engine.runner import fuzz_target
     from fuzz.targets import lookup
 
     taken = [tool for tool in TOOL_IDS if sys.monitoring.get_tool(tool) is None]
@@ -295,7 +295,7 @@ def test_no_free_tool_id_is_a_reason_and_the_run_goes_on_unmeasured(tmp_path):
 @needs_monitoring
 def test_every_target_has_the_same_reach_under_both_collectors(monkeypatch):
     from fuzz.config import RunConfig
-    from fuzz.runner import fuzz_target
+    from fuzz.engine.runner import fuzz_target
     from fuzz.targets import lookup
 
     differ = []
@@ -313,7 +313,7 @@ def test_every_target_has_the_same_reach_under_both_collectors(monkeypatch):
 
 def test_the_report_says_which_collector_measured_reach(monkeypatch):
     from fuzz.config import RunConfig
-    from fuzz.session import run_info
+    from fuzz.run.session import run_info
 
     monkeypatch.setenv(REACH_CORE_ENV, "ctrace")
     assert run_info(RunConfig(devices=("cpu",), coverage=True))["reach_collector"] == "ctrace"

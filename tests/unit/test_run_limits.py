@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import fuzz.limits as limits
+import fuzz.run.limits as limits
 from fuzz.cli import main
 from fuzz.errors import UsageError
-from fuzz.limits import (
+from fuzz.run.limits import (
     CONFIRM_SHARE,
     MEMORY_PER_WORKER_MIB,
     MIN_SECONDS_PER_ITEM,

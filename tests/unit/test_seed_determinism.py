@@ -1,4 +1,4 @@
-"""Same seed, same examples, whatever else the process has imported (fuzz.runner.no_local_constants).
+"""Same seed, same examples, whatever else the process has imported (fuzz.engine.runner.no_local_constants).
 
 Hypothesis draws some values from the literals of every non-library module in ``sys.modules``; a run
 in a worker process imports other modules than one in-process, so without the pin the same seed drew
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from fuzz.config import Hooks, RunConfig
-from fuzz.runner import fuzz_target, no_local_constants
+from fuzz.engine.runner import fuzz_target, no_local_constants
 from fuzz.targets import lookup
 
 

@@ -7,7 +7,7 @@ import ast
 import pytest
 
 from fuzz.config import RunConfig
-from fuzz.selftest import _Mutator, load_equivalents, mutants_of, selftest_target
+from fuzz.run.selftest import _Mutator, load_equivalents, mutants_of, selftest_target
 from fuzz.targets import lookup
 
 # Reached on 2026-11-29 (CPU, 100 examples per mutant, equivalents excluded):
@@ -63,7 +63,7 @@ def test_adapted_lines_are_not_mutated():
 def test_a_caller_only_equivalent_does_not_excuse_the_wide_contract():
     (target,) = lookup(["keye-process-image"])
     mutant = next(m for m, _ in mutants_of(target) if m.operator == "drop-mod")
-    from fuzz.selftest import _is_equivalent
+    from fuzz.run.selftest import _is_equivalent
 
     equivalents = load_equivalents()
     assert _is_equivalent(target, mutant, equivalents, ("cpu",), "caller")

@@ -1,4 +1,4 @@
-"""A fuzz run from Python, without the command line (fuzz.session.run)."""
+"""A fuzz run from Python, without the command line (fuzz.run.session.run)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from fuzz.config import RunConfig
-from fuzz.model import EXIT_FAILURE, EXIT_OK
-from fuzz.session import run
+from fuzz.records.model import EXIT_FAILURE, EXIT_OK
+from fuzz.run.session import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def test_without_a_corpus_nothing_is_kept_and_the_run_still_runs(tmp_path):
 
 
 def test_the_session_does_not_need_the_command_line():
-    code = ("import sys; import fuzz.session; "
+    code = ("import sys; import fuzz.run.session; "
             "assert 'fuzz.cli' not in sys.modules, sorted(m for m in sys.modules if m.startswith('fuzz'))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-500:]
@@ -112,7 +112,7 @@ def test_each_finished_item_is_printed_once(tmp_path, capsys):
 def test_examples_and_shrink_steps_are_counted_apart(tmp_path, monkeypatch):
     """--max-examples 100 is 100 examples: the runs that shrink the failure come on top, counted apart (in
     the table, the JSON and the charts), never in the examples nor their verdicts."""
-    from fuzz.model import Report
+    from fuzz.records.model import Report
 
     monkeypatch.setenv("SYNCFUZZ_TARGET_MODULES", "tests.planted")
     config = RunConfig(targets=("planted-glm4-swapped-hw",), target_modules=("tests.planted",), devices=("cpu",),

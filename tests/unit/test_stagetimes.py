@@ -1,4 +1,4 @@
-"""The engine's stage timing hooks (fuzz/stagetimes.py): what is recorded, never how long it took
+"""The engine's stage timing hooks (fuzz/engine/stagetimes.py): what is recorded, never how long it took
 (a busy CI host makes any threshold flaky)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import find, settings
 
-from fuzz.execute import run_example
-from fuzz.stagetimes import recording, stage
+from fuzz.engine.execute import run_example
+from fuzz.engine.stagetimes import recording, stage
 from fuzz.targets import lookup
 
 # One agreeing example: two sides built and called; compared (the differential, then the sync rule) and

@@ -1,5 +1,5 @@
 """The sync-relevant part of a change (docs/reach.md, issue #41 item 5): the rule over a definition's diff
-(fuzz/syncdiff.py), the changed code a fuzzed definition left untaken, the footer and every format's
+(fuzz/code/syncdiff.py), the changed code a fuzzed definition left untaken, the footer and every format's
 "changed N; sync-relevant S (fuzzed F); other ...", and ``--require-changes-covered=all|sync``."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from fuzz.code.syncdiff import SYNC_NAMES, definition_diff, own_lines, sync_reasons
 from fuzz.config import ConfigError, RunConfig
 from fuzz.errors import UsageError
-from fuzz.model import DeviceTally, Report, TargetEntry
-from fuzz.reachdata import change_line, merged_changes, require_mode, uncovered, untaken_text
-from fuzz.syncdiff import SYNC_NAMES, definition_diff, own_lines, sync_reasons
+from fuzz.records.model import DeviceTally, Report, TargetEntry
+from fuzz.records.reachdata import change_line, merged_changes, require_mode, uncovered, untaken_text
 
 # --------------------------------------------------------------------------- the rule
 
@@ -187,9 +187,9 @@ def test_an_old_report_keeps_the_old_footer_and_loads():
 
 
 def test_every_format_carries_the_split():
-    from fuzz.formats import junit_xml, markdown
-    from fuzz.html import html_report
-    from fuzz.report import report_notes
+    from fuzz.reports.formats import junit_xml, markdown
+    from fuzz.reports.html import html_report
+    from fuzz.reports.report import report_notes
 
     found = report(record())
     head = "sync-relevant 2 (fuzzed 2); other 2 (fuzzed 1)"
@@ -224,7 +224,7 @@ def test_the_modes_count_what_they_say():
 
 
 def test_sync_exits_3_only_for_an_uncovered_sync_relevant_definition_or_an_untaken_changed_branch():
-    from fuzz.report import closing_line
+    from fuzz.reports.report import closing_line
 
     clean = report(record("sync", branch_untaken=False))
     assert clean.exit_code() == 0 and clean.changes_not_covered() == []  # an other one not covered: fine
@@ -234,7 +234,7 @@ def test_sync_exits_3_only_for_an_uncovered_sync_relevant_definition_or_an_untak
     gone = report(record("sync", branch_untaken=False, sync_covered=False))
     assert gone.exit_code() == 3 and gone.changes_not_covered() == [GONE_REF]
     assert "(1 sync-relevant changed definitions no target reached)" in closing_line(gone)
-    from fuzz.formats import junit_xml
+    from fuzz.reports.formats import junit_xml
 
     case = next(c for c in ET.fromstring(junit_xml(branch)).iter("testcase")
                 if c.get("classname") == "syncfuzz.changes")
@@ -274,7 +274,7 @@ def test_old_and_new_reports_load_in_merge_reports_and_trend(tmp_path, capsys):
     """A report from before the sync-relevant mark (no sync fields, ``require_changes_covered: true``) and one
     with them (``"sync"``) both merge and both feed ``trend``."""
     from fuzz.cli import main
-    from fuzz.scope import run_scope
+    from fuzz.reports.scope import run_scope
 
     sides = {role: {"kind": "release", "version": v, "code_sha256": v}
              for role, v in (("legacy", "0.28.0"), ("optimized", "0.34.0"))}

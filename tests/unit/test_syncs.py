@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fuzz.syncs import PAGEABLE_STAGED_BYTES, _pageable_host
+from fuzz.oracles.syncs import PAGEABLE_STAGED_BYTES, _pageable_host
 
 
 def test_only_a_pageable_copy_larger_than_the_driver_stages_counts():
@@ -24,7 +24,7 @@ def test_an_empty_host_tensor_stages_nothing_so_it_is_never_a_hidden_sync():
 
 
 def test_non_blocking_flag_is_read_from_keywords_and_positions():
-    from fuzz.syncs import _non_blocking
+    from fuzz.oracles.syncs import _non_blocking
 
     t = torch.arange(3)
     assert _non_blocking((t, "cuda"), {"non_blocking": True})
@@ -35,7 +35,7 @@ def test_non_blocking_flag_is_read_from_keywords_and_positions():
 
 
 def test_host_to_host_copies_are_not_counted_and_results_are_untouched():
-    from fuzz.syncs import SyncTally, _PageableAsyncCopies
+    from fuzz.oracles.syncs import SyncTally, _PageableAsyncCopies
 
     tally = SyncTally()
     with _PageableAsyncCopies(tally):
@@ -46,7 +46,7 @@ def test_host_to_host_copies_are_not_counted_and_results_are_untouched():
 
 
 def test_the_copy_methods_are_restored_on_exit_even_when_the_call_raises():
-    from fuzz.syncs import SyncTally, _PageableAsyncCopies
+    from fuzz.oracles.syncs import SyncTally, _PageableAsyncCopies
 
     before = {name: torch.Tensor.__dict__.get(name) for name in ("to", "cuda", "copy_")}
     try:

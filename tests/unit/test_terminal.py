@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fuzz.model import DeviceTally, Failure, Report, TargetEntry
-from fuzz.report import closing_line, failure_lines, summary_table
+from fuzz.records.model import DeviceTally, Failure, Report, TargetEntry
+from fuzz.reports.report import closing_line, failure_lines, summary_table
 from tests.support import ROOT
 
 RAN = DeviceTally(examples=5, verdicts={"agree": 4, "divergence": 1})

@@ -1,4 +1,4 @@
-"""``fuzz trend``: nightly reports side by side and what the last night changed (fuzz/trend.py)."""
+"""``fuzz trend``: nightly reports side by side and what the last night changed (fuzz/reports/trend.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from fuzz.cli import main
-from fuzz.merge import read_report
-from fuzz.model import DeviceTally, Failure, Report, TargetEntry
-from fuzz.trend import (
+from fuzz.records.model import DeviceTally, Failure, Report, TargetEntry
+from fuzz.reports.merge import read_report
+from fuzz.reports.trend import (
     KNOWN,
     NEW,
     NOT_SEEN,
@@ -222,7 +222,7 @@ def test_a_run_records_when_it_started_for_the_trend():
     from datetime import datetime
 
     from fuzz.config import RunConfig
-    from fuzz.session import run_info
+    from fuzz.run.session import run_info
 
     started = run_info(RunConfig(devices=("cpu",)))["started"]
     assert datetime.fromisoformat(started).utcoffset().total_seconds() == 0
@@ -362,7 +362,7 @@ def test_a_cpu_only_trend_says_why_it_has_no_sync_chart_instead_of_drawing_an_em
 
 def test_the_trend_charts_start_at_zero():
     pytest.importorskip("matplotlib")
-    from fuzz.trend import ChartData, plot_chart
+    from fuzz.reports.trend import ChartData, plot_chart
 
     figure = plot_chart(ChartData("examples per second per target", "examples / s", ("a", "b"),
                                   {"alpha": (950.0, 1000.0)}))

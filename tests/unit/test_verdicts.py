@@ -1,4 +1,4 @@
-"""fuzz.verdicts: the two verdict enums, the severity order (stated once, shown in docs/verdicts.md), how one
+"""fuzz.records.verdicts: the two verdict enums, the severity order (stated once, shown in docs/verdicts.md), how one
 example's findings and a target's devices decide its verdict, and the rendering of a failure's leaf path."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fuzz.compare import compare_values
-from fuzz.targets import Comparison
-from fuzz.verdicts import (
+from fuzz.oracles.compare import compare_values
+from fuzz.records.verdicts import (
     EXAMPLE_VERDICTS,
     SEVERITY,
     SKIPPED,
@@ -29,6 +28,7 @@ from fuzz.verdicts import (
     target_state,
     worst,
 )
+from fuzz.targets import Comparison
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "verdicts.md"
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from fuzz.config import RunConfig
-from fuzz.plan import plan
+from fuzz.run.plan import plan
+from fuzz.run.workers import run_file_content
 from fuzz.targets import lookup
-from fuzz.workers import run_file_content
 
 
 def _run(tmp_path, devices=("cpu",), gpus=0) -> dict:
@@ -27,7 +27,8 @@ def _run(tmp_path, devices=("cpu",), gpus=0) -> dict:
 
 def test_the_parent_side_of_an_xdist_worker_imports_no_torch():
     """torch's import is ~2 s of a core; 16 xdist workers paid it at the start, when 32 processes want a core."""
-    code = ("import sys, fuzz.xdist_items, fuzz.isolation, fuzz.orchestrate, fuzz.budget, fuzz.child; "
+    code = ("import sys, fuzz.run.xdist_items, fuzz.run.isolation, fuzz.run.orchestrate, fuzz.run.budget, "
+            "fuzz.run.child; "
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
@@ -35,7 +36,7 @@ def test_the_parent_side_of_an_xdist_worker_imports_no_torch():
 
 @pytest.fixture
 def isolations(monkeypatch):
-    import fuzz.xdist_items as xdist_items
+    import fuzz.run.xdist_items as xdist_items
 
     made: dict = {}
     monkeypatch.setattr(xdist_items, "_ISOLATIONS", made)
@@ -45,7 +46,7 @@ def isolations(monkeypatch):
 
 
 def test_collecting_in_an_xdist_worker_starts_its_fuzz_process(tmp_path, monkeypatch, isolations):
-    from fuzz.xdist_items import _warm_start
+    from fuzz.run.xdist_items import _warm_start
 
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
     _warm_start(_run(tmp_path))
@@ -57,7 +58,7 @@ def test_collecting_in_an_xdist_worker_starts_its_fuzz_process(tmp_path, monkeyp
 
 
 def test_the_first_item_uses_the_process_the_warm_start_made(tmp_path, monkeypatch, isolations):
-    from fuzz.xdist_items import _isolation, _warm_start
+    from fuzz.run.xdist_items import _isolation, _warm_start
 
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     run = _run(tmp_path)
@@ -68,8 +69,8 @@ def test_the_first_item_uses_the_process_the_warm_start_made(tmp_path, monkeypat
 
 
 def test_a_cuda_run_gives_each_worker_its_gpu_and_a_context_made_early(tmp_path, isolations):
-    from fuzz.isolation import WARM_CUDA_ENV
-    from fuzz.xdist_items import _isolation
+    from fuzz.run.isolation import WARM_CUDA_ENV
+    from fuzz.run.xdist_items import _isolation
 
     run = _run(tmp_path, devices=("cpu", "cuda"), gpus=2)
     isolation = _isolation(run, RunConfig.from_json(run["config"]), 5)
@@ -78,7 +79,7 @@ def test_a_cuda_run_gives_each_worker_its_gpu_and_a_context_made_early(tmp_path,
 
 
 def test_an_unisolated_run_starts_no_process(tmp_path, monkeypatch, isolations):
-    from fuzz.xdist_items import _warm_start
+    from fuzz.run.xdist_items import _warm_start
 
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     run = _run(tmp_path)
@@ -89,7 +90,7 @@ def test_an_unisolated_run_starts_no_process(tmp_path, monkeypatch, isolations):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the line a machine without CUDA gets")
 def test_a_warm_up_without_cuda_is_one_line_and_no_error(capsys):
-    from fuzz.isolation import _warm_cuda
+    from fuzz.run.isolation import _warm_cuda
 
     _warm_cuda()
     err = capsys.readouterr().err.strip().splitlines()
@@ -98,14 +99,14 @@ def test_a_warm_up_without_cuda_is_one_line_and_no_error(capsys):
 
 @pytest.mark.parametrize("warm", [True, False])
 def test_a_fuzz_process_makes_its_cuda_context_before_its_first_job_only_when_asked(warm):
-    # The real worker process (python -m fuzz.isolation --serve), its stdin closed at once: with the
+    # The real worker process (python -m fuzz.run.isolation --serve), its stdin closed at once: with the
     # setting it tries the context before reading any job; without it, it does not try.
-    from fuzz.isolation import WARM_CUDA_ENV
+    from fuzz.run.isolation import WARM_CUDA_ENV
 
     env = {k: v for k, v in os.environ.items() if k != WARM_CUDA_ENV}
     if warm:
         env[WARM_CUDA_ENV] = "1"
-    probe = ("import sys, fuzz.isolation as iso\n"
+    probe = ("import sys, fuzz.run.isolation as iso\n"
              "real = iso._warm_cuda\n"
              "def traced():\n"
              "    sys.stderr.write('[probe] warm-up called\\n'); real()\n"

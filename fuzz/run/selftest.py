@@ -1,0 +1,278 @@
+"""``python -m fuzz selftest``: measure the fuzzer's own power by mutation.
+
+Each operator below makes one small edit to the optimized copy's function (the
+kind of slip a reviewer could miss). Every mutant becomes a target of its own
+and is fuzzed with a small budget; a mutant is *killed* when the fuzzer
+reports any failing verdict. The kill rate per target is the fuzzer's measured
+power; each survivor is either a blind spot (fix the strategies) or shown
+equivalent to the original and listed, with the reason, in
+docs/selftest-equivalent.json.
+
+Each kill names the oracles that flagged the first failing example
+(``killed_by``: the differential check, the sync oracle, an invariant, the
+reference; fuzz/oracles/). With ``shared=True`` (``selftest --shared``) the
+mutant replaces *both* copies -- the same bug on both sides, which the
+differential check cannot see by construction -- so the kill rate measures
+what the target's invariants and reference alone catch.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import importlib
+import inspect
+import json
+import signal
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Iterator
+
+from fuzz.config import RunConfig
+from fuzz.engine.runner import fuzz_target
+from fuzz.errors import HarnessError
+from fuzz.targets import FORM_ATTRIBUTE, Target
+from fuzz.versions import REPO_ROOT
+
+EQUIVALENT_FILE = REPO_ROOT / "docs" / "selftest-equivalent.json"
+_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.FloorDiv: ast.Mult, ast.Div: ast.Mult,
+          ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+_NAME_SWAPS = {"h": "w", "w": "h", "height": "width", "width": "height", "t": "h"}
+_DROPPABLE_KEYWORDS = {"output_size", "dtype", "device", "non_blocking", "dim"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    operator: str
+    line: int  # in the optimized module
+    code: str  # the original line, stripped
+    description: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.operator}@{self.line}: {self.description}"
+
+
+class _Mutator(ast.NodeTransformer):
+    """Applies the ``index``-th possible mutation inside ``scope`` (a function node)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.seen = 0
+        self.applied: tuple[str, int, str] | None = None
+
+    def _hit(self, node: ast.AST, operator: str, description: str) -> bool:
+        hit = self.seen == self.index
+        self.seen += 1
+        if hit:
+            # The column tells apart two edits of one line (`eq(0)` vs `cumsum(0)`).
+            self.applied = (operator, node.lineno, f"{description} (col {node.col_offset})")
+        return hit
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Mod) and self._hit(node, "drop-mod", "x % n -> x"):
+            return node.left
+        swap = _SWAPS.get(type(node.op))
+        if swap and self._hit(node, "arith-swap", f"{type(node.op).__name__} -> {swap.__name__}"):
+            node.op = swap()
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        for i, op in enumerate(node.ops):
+            swap = _SWAPS.get(type(op))
+            if swap and self._hit(node, "compare-swap", f"{type(op).__name__} -> {swap.__name__}"):
+                node.ops[i] = swap()
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, int) and not isinstance(node.value, bool):
+            for delta in (1, -1):
+                if self._hit(node, "constant", f"{node.value} -> {node.value + delta}"):
+                    return ast.copy_location(ast.Constant(node.value + delta), node)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        other = _NAME_SWAPS.get(node.id)
+        if other and isinstance(node.ctx, ast.Load) and self._hit(node, "name-swap", f"{node.id} -> {other}"):
+            return ast.copy_location(ast.Name(other, node.ctx), node)
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        for i, keyword in enumerate(node.keywords):
+            if keyword.arg in _DROPPABLE_KEYWORDS and self._hit(node, "drop-keyword", f"drop {keyword.arg}="):
+                node.keywords = node.keywords[:i] + node.keywords[i + 1:]
+                break
+        return node
+
+
+def _function_node(tree: ast.Module, first_line: int) -> ast.AST:
+    """The def whose first line (decorators included) is ``first_line``:
+    found by position, so an inherited method is mutated where it is defined."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if start == first_line:
+                return node
+    raise HarnessError(f"selftest: no function starts at line {first_line}")
+
+
+def _adapted_lines(source: str) -> set[int]:
+    return {i for i, line in enumerate(source.splitlines(), 1) if "# ADAPTED" in line}
+
+
+def mutants_of(target: Target) -> Iterator[tuple[Mutant, str]]:
+    """Every mutant of the target's optimized function, with the mutated module source."""
+    module_name, _, qualname = target.optimized.partition(":")
+    function = inspect.unwrap(target.impl("optimized").function)
+    if function.__module__ != module_name:
+        raise HarnessError(f"selftest: {target.optimized} is defined in {function.__module__}, not {module_name}")
+    first_line = function.__code__.co_firstlineno
+    source = inspect.getsource(importlib.import_module(module_name))
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    adapted = _adapted_lines(source)
+    index = 0
+    while True:
+        mutated = copy.deepcopy(tree)
+        mutator = _Mutator(index)
+        mutator.visit(_function_node(mutated, first_line))
+        if mutator.applied is None:
+            return
+        index += 1
+        operator, line, description = mutator.applied
+        if line in adapted:
+            continue  # our own scaffolding, not upstream code
+        yield Mutant(operator, line, lines[line - 1].strip(), description), ast.unparse(mutated)
+
+
+def _register(name: str, source: str) -> ModuleType:
+    module = ModuleType(name)
+    module.__file__ = f"<selftest mutant {name}>"
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _with_alarm(seconds: int, run: Callable[[], bool]) -> bool:
+    """A mutant that loops forever counts as killed (the watchdog would catch it)."""
+    def ring(signum: int, frame: object) -> None:
+        raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try:
+        return run()
+    except _Timeout:
+        return True
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+KILLED_UNCOUNTED = 0  # killed by a timeout or a harness break: no example count to report
+
+
+@dataclass(frozen=True)
+class Kill:
+    examples: int  # run until the first report (KILLED_UNCOUNTED: a timeout or a harness break)
+    oracles: tuple[str, ...]  # what flagged that example, the verdict's first ("timeout", "harness")
+
+
+def run_mutant(target: Target, mutant: Mutant, source: str, number: int, options: RunConfig,
+               shared: bool = False) -> Kill | None:
+    """How the fuzzer first reported the mutant, or None if it survived.
+    ``shared``: the mutant is both sides (inputs in the optimized form)."""
+    name = f"fuzz._selftest_mutant_{target.name.replace('-', '_')}_{number}"
+    module = _register(name, source)
+    _, _, qualname = target.optimized.partition(":")
+    sides = {"optimized": f"{name}:{qualname}"}
+    if shared:
+        setattr(module, FORM_ATTRIBUTE, "optimized")
+        sides["legacy"] = sides["optimized"]
+    mutant_target = dataclasses.replace(target, name=f"{target.name}~{number}", **sides)
+    found: list[Kill | None] = [None]
+
+    def fuzz_it() -> bool:
+        outcome = fuzz_target(mutant_target, options, None)
+        if outcome.harness_error:
+            found[0] = Kill(KILLED_UNCOUNTED, ("harness",))
+        elif outcome.failures:
+            first = outcome.failures[0]
+            found[0] = Kill(outcome.first_failure_at or KILLED_UNCOUNTED, first.oracles or (first.verdict.value,))
+        return found[0] is not None
+
+    try:
+        if _with_alarm(60, fuzz_it) and found[0] is None:
+            found[0] = Kill(KILLED_UNCOUNTED, ("timeout",))  # the alarm rang: a hang counts as killed
+    except Exception:  # noqa: BLE001 -- a mutant that breaks the harness is detected, not survived
+        found[0] = Kill(KILLED_UNCOUNTED, ("harness",))
+    finally:
+        sys.modules.pop(name, None)
+    return found[0]
+
+
+def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[dict]:
+    return json.loads(path.read_text())["equivalent"] if path.exists() else []
+
+
+def _is_equivalent(target: Target, mutant: Mutant, equivalents: list[dict], devices: tuple[str, ...],
+                   contract: str = "caller") -> str | None:
+    """The listed reason, if this mutant was shown equivalent on these devices
+    under this contract (an entry may be limited to ``devices`` and/or
+    ``contracts``: e.g. a line today's callers never reach)."""
+    for entry in equivalents:
+        if entry["target"] == target.name and entry["operator"] == mutant.operator \
+                and entry["code"] == mutant.code and entry["description"] == mutant.description \
+                and set(devices) <= set(entry.get("devices", devices)) \
+                and contract in entry.get("contracts", [contract]):
+            return entry["reason"]
+    return None
+
+
+def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
+                    limit: int | None = None, shared: bool = False) -> dict:
+    killed, survived, equivalent, to_kill = [], [], [], []
+    killed_by: dict[str, int] = {}
+    kills = []
+    for number, (mutant, source) in enumerate(mutants_of(target)):
+        if limit is not None and number >= limit:
+            break
+        reason = _is_equivalent(target, mutant, equivalents, options.devices, options.contract)
+        kill = run_mutant(target, mutant, source, number, options, shared)
+        if kill is not None:
+            killed.append(mutant)
+            killed_by[kill.oracles[0]] = killed_by.get(kill.oracles[0], 0) + 1
+            kills.append({"mutant": mutant.key, "oracles": list(kill.oracles)})
+            if kill.examples != KILLED_UNCOUNTED:
+                to_kill.append(kill.examples)
+        elif reason:
+            equivalent.append((mutant, reason))
+        else:
+            survived.append(mutant)
+    scored = len(killed) + len(survived)
+    return {
+        "target": target.name,
+        "shared": shared,
+        "mutants": scored + len(equivalent),
+        "killed": len(killed),
+        "equivalent": [{"mutant": m.key, "code": m.code, "reason": r} for m, r in equivalent],
+        "survived": [{"mutant": m.key, "code": m.code} for m in survived],
+        "kill_rate": round(len(killed) / scored, 4) if scored else 1.0,
+        # Examples run until each killed mutant was first reported (the #8 target:
+        # every one within 200, median at most 20).
+        "examples_to_kill": {"median": statistics.median(to_kill), "max": max(to_kill)} if to_kill else None,
+        # Which oracle's verdict killed each mutant (the first that flagged it), and every one that did.
+        "killed_by": dict(sorted(killed_by.items(), key=lambda kv: -kv[1])),
+        "kills": kills,
+    }
