@@ -1,88 +1,34 @@
-"""What input models (``strategies/``) and target oracles (``fuzz/oracles/``) use of the engine.
+"""What a target's own code imports of the engine: everything it needs, and nothing else.
 
-The one engine module they import: a side's ``Impl``, the ``InputModel`` protocol they implement, the
-sides an input model materializes for, the release a rebuilt side's code is from, the error an input
-model raises for an input it cannot build, and the marker for a consumer's reads. A leaf: it imports
-nothing of the engine but its error types, so an input model never pulls the engine in, and the engine's
-modules can change under it. The import-linter contracts in pyproject.toml check both (``lint-imports``).
+A target lives in one folder, ``strategies/<module>/`` (docs/adding-a-target.md): its input models
+(``inputs.py``), its record (``record.py``), its oracles (``oracles.py``) and its planted bugs
+(``planted.py``). They import the engine only through this module (lint-imports checks it), so the engine's
+packages can change under them. Here: the record's types (``Target``, ``Comparison``), the input model's
+interface (``Impl``, ``InputModel``, the sides, ``release_of``, ``consumer_reads``), the oracle
+declarations (``Reference``, ``per_spec``), the planted bugs (``Plant``, ``SharedPlant``) and the errors an
+input model raises. Part of the ground: it imports the ground's modules only.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, Callable, Iterator, Protocol, Sequence
-
-from hypothesis.strategies import SearchStrategy
-
 from fuzz.errors import HarnessError, UsageError
+from fuzz.interface import (
+    FORM_ATTRIBUTE,
+    RELEASE_ATTRIBUTE,
+    SIDES,
+    Consumer,
+    Impl,
+    InputModel,
+    Invariant,
+    Reference,
+    consumer_reads,
+    in_consumer_reads,
+    per_spec,
+    release_of,
+)
+from fuzz.plants import Plant, SharedPlant
+from fuzz.targets import Comparison, Target
 
-__all__ = ["FORM_ATTRIBUTE", "RELEASE_ATTRIBUTE", "SIDES", "HarnessError", "Impl", "InputModel", "UsageError",
-           "consumer_reads", "in_consumer_reads", "release_of"]
-
-SIDES = ("legacy", "optimized", "upstream")
-"""The sides an input model materializes for: the two copies and, under
-``fuzz run --upstream``, the real vllm function."""
-FORM_ATTRIBUTE = "SYNCFUZZ_FORM"
-"""Set on a module rebuilt from an upstream source (fuzz/releases/sides.py): which copy,
-legacy or optimized, it was rebuilt from, i.e. how its inputs are materialized."""
-RELEASE_ATTRIBUTE = "SYNCFUZZ_RELEASE"
-"""Set on a module rebuilt from an upstream source: the vllm version of that source (``"0.33.0"``), or
-None for a checkout with no ``vllm/_version.py``. An input model whose target's call form changed in
-some release reads it to hand that side its own release's form (``release_of``)."""
-
-
-@dataclass(frozen=True)
-class Impl:
-    """A resolved side: the function to call, for a method its class, and the
-    module that holds them (a copy, a planted or self-test mutant of one, or
-    vllm's own module) -- where an input model finds the side's other classes."""
-
-    path: str
-    function: Callable[..., Any]
-    owner: type | None
-    module: ModuleType
-
-
-class InputModel(Protocol):
-    """Draws JSON-able input specs and turns one into a ready-to-run call.
-
-    The engine runs each drawn spec on every device of the run, with ``"device"`` replaced: one Hypothesis
-    draw serves them all. A model whose draws depend on the device (a form only CUDA has, an input kept off
-    CUDA) also defines ``runs_on(spec, device) -> bool``, false where the spec must not run on ``device``;
-    without it every spec runs on every device (fuzz.engine.devices.on_devices)."""
-
-    def specs(self, devices: Sequence[str], contract: str) -> SearchStrategy[dict]:
-        """Specs: plain JSON data including ``"device"``, one of ``devices``; never tensors."""
-
-    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
-        """Fresh inputs for one side (``side`` in ``SIDES``; ``impl.module``
-        holds the side's classes); the thunk runs the upstream call only."""
-
-
-def release_of(impl: Impl) -> str | None:
-    """The vllm release a side's code is from, for an input model that must call it in that release's
-    form: the source's version for a rebuilt side (None when unversioned); None for a copy, whose form
-    the ``side`` argument of ``materialize`` already names."""
-    return getattr(impl.module, RELEASE_ATTRIBUTE, None)
-
-
-_in_consumer: ContextVar[bool] = ContextVar("syncfuzz_in_consumer", default=False)
-
-
-@contextmanager
-def consumer_reads() -> Iterator[None]:
-    """Syncs made inside are the consumer's (fuzz.oracles.syncs ``SyncTally.consumer``), not the call's: an input
-    model's stand-in for a caller wraps its reads of the output in this."""
-    token = _in_consumer.set(True)
-    try:
-        yield
-    finally:
-        _in_consumer.reset(token)
-
-
-def in_consumer_reads() -> bool:
-    """Whether the current code runs inside ``consumer_reads()`` (fuzz.oracles.syncs counts by it)."""
-    return _in_consumer.get()
+__all__ = ["FORM_ATTRIBUTE", "RELEASE_ATTRIBUTE", "SIDES", "Comparison", "Consumer", "HarnessError", "Impl",
+           "InputModel", "Invariant", "Plant", "Reference", "SharedPlant", "Target", "UsageError",
+           "consumer_reads", "in_consumer_reads", "per_spec", "release_of"]

@@ -3,25 +3,32 @@
 A target is one frozen, declarative record: which upstream functions it covers,
 the dotted paths of its legacy and optimized callables, the input model that
 draws and builds its inputs, how outputs are compared and how many GPU<->CPU
-syncs the optimized side may make per call. Records live in
-the package ``fuzz/catalog/``; more can be added without touching the engine by naming a
-module that defines ``TARGETS`` in ``SYNCFUZZ_TARGET_MODULES`` (comma separated).
+syncs the optimized side may make per call. A target's records live with the rest of its own code, in
+``strategies/<module>/record.py`` (one folder per copy module: docs/adding-a-target.md); the registry
+finds them by name, so no engine module imports target code. More can be added without touching the
+engine by naming a module that defines ``TARGETS`` in ``SYNCFUZZ_TARGET_MODULES`` (comma separated).
+
+``expected_optimized_syncs`` is the number of GPU<->CPU syncs the optimized side makes per call on CUDA
+*by design* (upstream keeps some under ``gpu_sync_allowed``); more is a sync regression.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.machinery
 import importlib.util
 import os
+import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Sequence
 
-# The input models' interface (fuzz/api.py), defined there so that they need nothing else of the engine.
-from fuzz.api import FORM_ATTRIBUTE, RELEASE_ATTRIBUTE, SIDES, Impl, InputModel, release_of  # noqa: F401
 from fuzz.errors import HarnessError, UsageError, unknown_name
+
+# The interface to a target's own code (fuzz/interface.py, the leaf below the registry).
+from fuzz.interface import FORM_ATTRIBUTE, RELEASE_ATTRIBUTE, SIDES, Impl, InputModel, release_of  # noqa: F401
 from fuzz.versions import DEFAULT_PAIR, REPO_ROOT
 
 CONTRACTS = ("caller", "wide")
@@ -93,6 +100,10 @@ class Target:
     # "module:function" (spec, output) -> None: the host reads the real consumer of the
     # output makes, counted as consumer syncs.
     consumer: str | None = None
+    # "module:NAME" of the ContextVar[int] holding the depth of the optimized copies' gpu_sync_allowed()
+    # regions (optimized/gpu_sync_debug.py): syncs made inside one are counted as allowed, deliberate
+    # upstream syncs (docs/verdicts.md#syncs). None where the target's copies open no such region.
+    sync_allow_region: str | None = None
 
     def __post_init__(self) -> None:
         pair = tuple(self.versions)
@@ -109,6 +120,10 @@ class Target:
         if self.sync_budget is None:
             return self.expected_optimized_syncs
         return int(resolve_object(self.sync_budget)(spec))
+
+    def allow_region(self) -> Any:
+        """The ContextVar ``sync_allow_region`` names, resolved once per process; None when unnamed."""
+        return None if self.sync_allow_region is None else _resolved(self.sync_allow_region)
 
     def input_model(self) -> InputModel:
         model = resolve_object(self.inputs)
@@ -146,6 +161,7 @@ class Target:
             "no_invariants": self.no_invariants,
             "reference": self.reference,
             "consumer": self.consumer,
+            "sync_allow_region": self.sync_allow_region,
             "files": self.files(),
         }
 
@@ -162,6 +178,11 @@ def resolve_object(path: str) -> Any:
     except (ImportError, AttributeError) as exc:
         raise HarnessError(f"cannot resolve {path!r}: {exc}") from exc
     return obj
+
+
+@functools.lru_cache(maxsize=None)
+def _resolved(path: str) -> Any:
+    return resolve_object(path)
 
 
 def resolve_impl(path: str) -> Impl:
@@ -213,17 +234,35 @@ def plugin_modules() -> list[str]:
     return [m.strip() for m in raw.split(",") if m.strip()]
 
 
+CATALOG_PACKAGE = "strategies"
+"""Where the catalog lives: a folder per copy module, its records in ``record.py`` (``TARGETS``, and
+``DESIGN_ROWS``, the rows of docs/design.md's table it covers, by which the records are ordered)."""
+
+
+@functools.lru_cache(maxsize=1)
+def catalog_targets() -> tuple[Target, ...]:
+    """The catalog's targets, in design-row order: every ``strategies/<module>/record.py``, found by name.
+
+    Once per process. Found with importlib, never imported statically: the engine depends on no target's
+    code (lint-imports checks it), and a record imports only fuzz.api, so listing the catalog imports no
+    torch."""
+    package = importlib.import_module(CATALOG_PACKAGE)
+    modules = [importlib.import_module(f"{CATALOG_PACKAGE}.{info.name}.record")
+               for info in pkgutil.iter_modules(package.__path__)
+               if info.ispkg and importlib.util.find_spec(f"{CATALOG_PACKAGE}.{info.name}.record") is not None]
+    modules.sort(key=lambda m: (min(getattr(m, "DESIGN_ROWS", (99,))), m.__name__))
+    return tuple(target for module in modules for target in module.TARGETS)
+
+
 def all_targets(extra_modules: Iterable[str] = ()) -> dict[str, Target]:
     """Every registered target by name: the catalog plus plug-in modules.
 
     A name registered by two sources is an error naming both: a plug-in must never shadow a catalog target
     (or another plug-in's) without anyone being told -- its runs would report the real target's name."""
-    from fuzz.catalog import TARGETS
-
     found: dict[str, Target] = {}
     origin: dict[str, str] = {}
     modules = list(dict.fromkeys([*plugin_modules(), *extra_modules]))  # a module named twice registers once
-    sources: list[tuple[str, Iterable[Target]]] = [("the catalog (fuzz/catalog)", TARGETS)]
+    sources: list[tuple[str, Iterable[Target]]] = [(f"the catalog ({CATALOG_PACKAGE}/*/record.py)", catalog_targets())]
     for module_name in modules:
         try:
             sources.append((f"module {module_name!r}", importlib.import_module(module_name).TARGETS))

@@ -11,7 +11,7 @@ the multimodal fields that 0.28.0 marks ``keep_on_cpu=True``.
 
 In 0.27.1 these fields were moved to the accelerator with the rest of the batch,
 so the legacy side of every keep-on-cpu target receives them as tensors on
-``spec["device"]`` (strategies/keep_on_cpu.py makes that choice from this
+``spec["device"]`` (strategies/keep_on_cpu/inputs.py makes that choice from this
 copy's own ``_get_mm_fields_config``, which keeps nothing on the host). Upstream paths under ``vllm/model_executor/models/`` and
 qualnames copied, by field:
 
@@ -39,7 +39,7 @@ qualnames copied, by field:
 The model classes are far larger upstream; here they are stand-ins holding only
 the attributes the copied methods read (marked ADAPTED). The towers they call
 (whisper encoder layers, vision towers, projectors) are handed in by the input
-model as small deterministic recording stand-ins (strategies/keep_on_cpu.py):
+model as small deterministic recording stand-ins (strategies/keep_on_cpu/inputs.py):
 the code under test is the code that turns the field into Python ints, split
 sizes, masks and attention metadata.
 The ``_get_mm_fields_config`` copies are what the input models call to place

@@ -7,7 +7,7 @@ Upstream, ``gpu_sync_allowed()`` exempts the block from vllm's own sync checker
 (armed by ``VLLM_GPU_SYNC_CHECK``; a no-op otherwise): it opens an allow
 region, ``_allow_syncs()``, which raises the ``_allow_depth`` ContextVar for the
 block. Here it always opens that region, and the fuzzer's sync counter
-(``fuzz.oracles.syncs``) reads the same ContextVar (``sync_allowed_depth``) to record
+(``fuzz.oracles.syncs``, pointed here by the records' ``sync_allow_region``) reads the same ContextVar to record
 syncs made inside such a block as *allowed* rather than as regressions.
 ``first_only`` is accepted for signature compatibility; upstream uses it to
 exempt only the first entry per call site, which matters for a long-lived
@@ -21,7 +21,7 @@ from contextvars import ContextVar
 
 # Depth of nested `gpu_sync_allowed()` regions on this thread.
 _allow_depth: ContextVar[int] = ContextVar("vllm_gpu_sync_allow_depth", default=0)
-sync_allowed_depth = _allow_depth  # ADAPTED: the name fuzz.oracles.syncs reads to classify each sync it sees
+sync_allowed_depth = _allow_depth  # ADAPTED: the name the records give the sync oracle (Target.sync_allow_region)
 
 
 @contextmanager

@@ -8,7 +8,7 @@ the multimodal fields that PR #52369 marks ``keep_on_cpu=True``.
 
 ``keep_on_cpu`` makes ``group_and_batch_mm_items`` leave the field on the host,
 so the optimized side of every keep-on-cpu target receives it as a CPU tensor
-(strategies/keep_on_cpu.py makes that choice from this copy's own
+(strategies/keep_on_cpu/inputs.py makes that choice from this copy's own
 ``_get_mm_fields_config``). Where the
 consumer body did not change between 0.27.1 and 0.28.0 (interns1, keye's
 ``Projector.forward``, phi4mm's ``stack_with_pad``) both copies hold the same
@@ -45,7 +45,7 @@ qualnames copied, by field:
 The model classes are far larger upstream; here they are stand-ins holding only
 the attributes the copied methods read (marked ADAPTED). The towers they call
 (whisper encoder layers, vision towers, projectors) are handed in by the input
-model as small deterministic recording stand-ins (strategies/keep_on_cpu.py):
+model as small deterministic recording stand-ins (strategies/keep_on_cpu/inputs.py):
 the code under test is the code that turns the field into Python ints, split
 sizes, masks and attention metadata.
 The ``_get_mm_fields_config`` copies are what the input models call to place

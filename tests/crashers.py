@@ -16,8 +16,10 @@ import time
 
 import torch
 
-from fuzz.catalog import TARGETS as CATALOG
+from fuzz.targets import catalog_targets
 from optimized.fla_index import prepare_chunk_offsets
+
+CATALOG = catalog_targets()
 
 
 def _trips(cu_seqlens: torch.Tensor) -> bool:
@@ -95,12 +97,12 @@ class _ContextGoneInputs:
     H200, under MPS, another client's illegal memory access surfaced in a victim's input building."""
 
     def __getattr__(self, name: str):
-        from strategies.fla_index import ChunkIndexInputs
+        from strategies.fla_index.inputs import ChunkIndexInputs
 
         return getattr(ChunkIndexInputs(), name)
 
     def materialize(self, spec: dict, impl, form: str):
-        from strategies.fla_index import ChunkIndexInputs
+        from strategies.fla_index.inputs import ChunkIndexInputs
 
         marker = os.environ.get("SYNCFUZZ_TEST_CONTEXT_GONE")
         if marker and len(spec["cu_seqlens"]) > 3 and not os.path.exists(marker):

@@ -12,7 +12,9 @@ import dataclasses
 import os
 import sys
 
-from fuzz.catalog import TARGETS as CATALOG
+from fuzz.targets import catalog_targets
+
+CATALOG = catalog_targets()
 
 _MARKER = os.environ.get("SYNCFUZZ_TEST_DIES_AT_START")
 if _MARKER and "--serve" in sys.argv and not os.path.exists(_MARKER):  # in a fuzz worker, the first time

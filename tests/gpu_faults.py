@@ -15,8 +15,10 @@ import dataclasses
 
 import torch
 
-from fuzz.catalog import TARGETS as CATALOG
+from fuzz.targets import catalog_targets
 from optimized.fla_index import prepare_chunk_offsets
+
+CATALOG = catalog_targets()
 
 
 def _trips(cu_seqlens: torch.Tensor) -> bool:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from fuzz.catalog import TARGETS as CATALOG
 from fuzz.oracles import Reference
+from fuzz.targets import catalog_targets
+
+CATALOG = catalog_targets()
 
 _OFFSETS = {t.name: t for t in CATALOG}["fla-chunk-offsets"]
 

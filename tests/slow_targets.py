@@ -13,8 +13,9 @@ import dataclasses
 import time
 from typing import Any
 
-from fuzz.catalog import TARGETS as CATALOG
-from fuzz.targets import resolve_object
+from fuzz.targets import catalog_targets, resolve_object
+
+CATALOG = catalog_targets()
 
 SETUP_SECONDS = 1.5
 _OFFSETS = next(t for t in CATALOG if t.name == "fla-chunk-offsets")

@@ -127,7 +127,7 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
         # oracle is off for that side: stress runs judge values only.
         # The "calls" stage (fuzz/engine/stagetimes.py, bench part s) ends outside the tally, so its sync is not
         # counted; the consumer's reads are a stage of their own, unsynced inside the tally.
-        with stage("calls"), counting_syncs(on_cuda and not stress) as tally:
+        with stage("calls"), counting_syncs(on_cuda and not stress, target.allow_region()) as tally:
             try:
                 result.value = call_under_stress(thunk, on_cuda) if stress else thunk()
             except Exception as exc:  # noqa: BLE001 -- exceptions are outputs: recorded and compared

@@ -27,7 +27,7 @@ from fuzz.oracles.outcome import SideResult
 from fuzz.records.verdicts import EXAMPLE_VERDICTS
 from fuzz.releases import side_identities, side_labels
 from fuzz.reports.outputs import write_json
-from fuzz.targets import CONTRACTS, Target, all_targets
+from fuzz.targets import CONTRACTS, Target, all_targets, catalog_targets
 from fuzz.versions import target_versions, versions
 
 REPRO_FORMAT = "syncfuzz-repro/1"
@@ -73,9 +73,7 @@ def side_summary(side: SideResult) -> dict:
 
 def registering_module(name: str, modules: tuple[str, ...]) -> str | None:
     """The plug-in module (of ``modules``) that registers target ``name``; None for the catalog's."""
-    from fuzz.catalog import TARGETS
-
-    if any(t.name == name for t in TARGETS):
+    if any(t.name == name for t in catalog_targets()):
         return None
     return next((m for m in modules if name in all_targets([m])), None)
 

@@ -21,48 +21,23 @@ the result (its docstring, how callers use it) rather than from either copy:
   reported as *consumer syncs* (fuzz/oracles/syncs.py), so a device-resident output
   that costs its consumer a sync per use shows in the report.
 
-This module holds the engine side: resolving what a record names, and
-judging an example's outputs with it (fuzz.engine.execute.run_example calls it).
+The declarations a target writes (``Reference``, ``per_spec``) are in the ground (fuzz/interface.py,
+imported by target code from fuzz.api). This module holds the engine side: resolving what a record
+names, and judging an example's outputs with it (fuzz.engine.execute.run_example calls it).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fuzz.errors import HarnessError
+from fuzz.interface import Consumer, Invariant, Reference, per_spec  # noqa: F401 -- declared in the ground
 from fuzz.records.verdicts import Mismatch
 
 if TYPE_CHECKING:
     from fuzz.oracles.outcome import SideResult
     from fuzz.targets import Target
-
-
-@dataclass(frozen=True)
-class Reference:
-    """An independent implementation of what a target's output means.
-
-    ``expected(spec)``: the quantities the output must carry for this input,
-    as plain Python values or CPU tensors; None where the documented meaning
-    says nothing about the input (e.g. a wide-contract input no caller
-    passes). ``observed(output)``: the same quantities read off one side's
-    output, in the same structure. ``floats``: ``"exact"`` or ``"close"``
-    (torch.testing.assert_close defaults), as in fuzz.targets.Comparison.
-    """
-
-    expected: Callable[[dict], Any]
-    observed: Callable[[Any], Any]
-    floats: str = "exact"
-
-    def __post_init__(self) -> None:
-        if self.floats not in ("close", "exact"):
-            raise HarnessError(f"Reference.floats={self.floats!r} must be 'close' or 'exact'")
-
-
-Invariant = Callable[[dict, Any], "str | None"]
-Consumer = Callable[[dict, Any], None]
 
 
 def oracle_name(path: str) -> str:
@@ -76,25 +51,6 @@ def _resolve(path: str) -> Any:
     from fuzz.targets import resolve_object
 
     return resolve_object(path)
-
-
-def per_spec(function: Callable[[dict], Any]) -> Callable[[dict], Any]:
-    """``function(spec)`` computed once per example: an example's invariants, on
-    both sides, and its reference often derive the same inputs from the spec
-    (the coordinates the input model builds, a seeded table). The latest spec's
-    value is kept, keyed by the spec's ``repr`` (specs are small JSON-like
-    dicts); callers share it, so they must not modify it in place."""
-    last: list[Any] = [None, None]
-
-    @functools.wraps(function)
-    def cached(spec: dict) -> Any:
-        key = repr(spec)
-        if last[0] != key:
-            last[1] = function(spec)
-            last[0] = key
-        return last[1]
-
-    return cached
 
 
 def _one_line(text: str) -> str:

@@ -6,8 +6,9 @@ Two detectors, armed only around the call and only on CUDA:
   synchronizing CUDA operation (``.item()``, ``.tolist()``, D2H copies,
   *blocking* H2D copies, ``nonzero`` ...) emit a UserWarning, caught here with a
   ``showwarning`` hook and classified by whether it happened inside
-  ``gpu_sync_allowed()`` (a deliberate upstream sync; the copies' one allow-region
-  ContextVar lives in ``optimized/gpu_sync_debug.py``).
+  ``gpu_sync_allowed()`` (a deliberate upstream sync). Which ContextVar holds the depth of those
+  regions is the target record's to say (``Target.sync_allow_region``: the copies' lives in
+  ``optimized/gpu_sync_debug.py``), so the engine imports no copy.
 * one for what torch's detector is blind to: a ``non_blocking=True`` H2D copy
   whose source is *pageable* (not pinned) host memory and too large for the
   driver to stage at once -- the review summary's risk 4 ("non_blocking only
@@ -41,13 +42,13 @@ import os
 import sys
 import warnings
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
 
-from fuzz.api import consumer_reads, in_consumer_reads  # noqa: F401 -- consumer_reads: re-exported for the engine
-from optimized.gpu_sync_debug import sync_allowed_depth
+from fuzz.interface import consumer_reads, in_consumer_reads  # noqa: F401 -- consumer_reads: re-exported for the engine
 
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 # Largest pageable non_blocking H2D copy seen to return without waiting for
@@ -88,8 +89,9 @@ class _PageableAsyncCopies:
     by wrapping the three copy methods of ``torch.Tensor`` while armed (and
     restoring them on exit, whatever the call raised)."""
 
-    def __init__(self, tally: SyncTally) -> None:
+    def __init__(self, tally: SyncTally, allowed: Callable[[], bool]) -> None:
         self.tally = tally
+        self.allowed = allowed
         self._saved: dict[str, Any] = {}
 
     def __enter__(self) -> "_PageableAsyncCopies":
@@ -129,7 +131,7 @@ class _PageableAsyncCopies:
         self.tally.total += 1
         self.tally.hidden += 1
         self.tally.hidden_sites.append(_caller_site())
-        if sync_allowed_depth.get():
+        if self.allowed():
             self.tally.allowed += 1
 
 
@@ -142,7 +144,10 @@ def _caller_site() -> str:
 
 
 @contextmanager
-def counting_syncs(enabled: bool) -> Iterator[SyncTally | None]:
+def counting_syncs(enabled: bool, allow_region: ContextVar[int] | None = None) -> Iterator[SyncTally | None]:
+    """The syncs made inside, counted on CUDA (``enabled``); those made while ``allow_region`` (the depth
+    of the side's ``gpu_sync_allowed()`` regions, fuzz.targets.Target.allow_region) is above zero are
+    also counted as allowed."""
     if not enabled:
         # Still silence warnings from the code under test (numpy's
         # divide-by-zero and the like): they are not outputs we compare.
@@ -152,13 +157,16 @@ def counting_syncs(enabled: bool) -> Iterator[SyncTally | None]:
         return
     tally = SyncTally()
 
+    def allowed() -> bool:
+        return allow_region is not None and allow_region.get() > 0
+
     def hook(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
         if _TORCH_SYNC_WARNING in str(message):
             if in_consumer_reads():
                 tally.consumer += 1
                 return
             tally.total += 1
-            if sync_allowed_depth.get():
+            if allowed():
                 tally.allowed += 1
 
     with warnings.catch_warnings():
@@ -168,7 +176,7 @@ def counting_syncs(enabled: bool) -> Iterator[SyncTally | None]:
         previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            with _PageableAsyncCopies(tally):
+            with _PageableAsyncCopies(tally, allowed):
                 yield tally
         finally:
             torch.cuda.set_sync_debug_mode(previous)

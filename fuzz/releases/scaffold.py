@@ -1,7 +1,7 @@
 """``python -m fuzz new-target``: scaffold a target from two vllm releases.
 
-In the spirit of ``hypothesis write``: it writes the five files of
-docs/adding-a-target.md so that a contributor starts from upstream text, not
+In the spirit of ``hypothesis write``: it writes every file of a target
+(docs/adding-a-target.md) so that a contributor starts from upstream text, not
 from a blank page --
 
 * ``legacy/MODULE.py`` and ``optimized/MODULE.py``: the named definitions
@@ -12,9 +12,13 @@ from a blank page --
   vllm (or of a package the copies may not use) is commented out and its names
   bound to placeholders, each line marked ``# ADAPTED: map to a local helper``,
   so ``python -m fuzz provenance`` accepts the copies as they are written;
-* ``strategies/MODULE.py``: an input model stub (raises NotImplementedError);
-* ``fuzz/catalog/MODULE.py``: the record, with its version pair;
-* ``tests/planted/MODULE.py``: empty ``BUGS``/``BENIGN`` lists to fill.
+* the target's own folder, ``strategies/MODULE/``: ``inputs.py``, an input model stub;
+  ``record.py``, the record with its version pair; ``oracles.py``, an invariant stub; ``planted.py``,
+  empty ``BUGS``/``BENIGN`` lists to fill;
+* ``tests/unit/test_oracles_MODULE.py``: the test that breaks each invariant by hand.
+
+The stubs raise NotImplementedError (and the test fails) until they are written: a scaffold never
+passes for a target that checks nothing.
 
 It refuses, with exit 2 and one line, to overwrite a file, a qualname one of
 the releases lacks, or a release it cannot read. Upstream text comes from the
@@ -338,12 +342,21 @@ def _license_header(lines: Sequence[str]) -> str:
 # --------------------------------------------------------------------------- the other files
 
 
+def _package_stub(name: str, module: str) -> str:
+    return f'''"""The {name} target: everything of it but its copies (legacy/{module}.py, optimized/{module}.py).
+
+inputs.py holds the input model, record.py the record (TARGETS), oracles.py the invariants (and a
+reference or consumer where one applies), planted.py the planted bugs and benign refactors.
+"""
+'''
+
+
 def _strategy_stub(name: str, module: str) -> str:
     cls = class_name(module)
     return f'''"""Input model of the {name} target (legacy/{module}.py vs optimized/{module}.py).
 
 Scaffolded by `python -m fuzz new-target`: write ``specs`` and ``materialize``
-(docs/adding-a-target.md, step 2); strategies/torch_utils.py is a small example.
+(docs/adding-a-target.md, step 2); strategies/torch_utils/inputs.py is a small example.
 """
 
 from __future__ import annotations
@@ -352,7 +365,7 @@ from typing import Any, Callable, Sequence
 
 from hypothesis import strategies as st
 
-from fuzz.api import Impl  # the one engine module an input model imports (lint-imports checks)
+from fuzz.api import Impl  # the one engine module a target's code imports (lint-imports checks)
 
 
 class {cls}:
@@ -380,7 +393,7 @@ def _catalog_record(name: str, module: str, refs: Sequence[tuple[str, str]], pai
 Scaffolded by `python -m fuzz new-target`; TODO: say what changed (docs/adding-a-target.md, step 3).
 """
 
-from fuzz.targets import Comparison, Target
+from fuzz.api import Comparison, Target
 
 # The releases the copies were taken from: provenance checks them against these, drift measures
 # from them, and reports and repro files label the target with them.
@@ -395,13 +408,57 @@ TARGETS = [
         legacy="legacy.{module}:{entry}",
         optimized="optimized.{module}:{entry}",
         upstream_impl="{impl}",
-        inputs="strategies.{module}:{class_name(module)}",
+        inputs="strategies.{module}.inputs:{class_name(module)}",
         comparison=Comparison(floats="exact"),
         expected_optimized_syncs=0,  # TODO: syncs per call on CUDA, by design
         versions=VERSIONS,
         description="TODO: what changed",
+        # Written from the upstream meaning of the result, not from either copy (strategies/{module}/oracles.py).
+        invariants=("strategies.{module}.oracles:{_invariant_name(module)}",),
     ),
 ]
+'''
+
+
+def _invariant_name(module: str) -> str:
+    return f"{module}_output_means_what_upstream_says"
+
+
+def _oracles_stub(name: str, module: str) -> str:
+    return f'''"""Oracles of the {name} target: what any correct implementation's output satisfies.
+
+Scaffolded by `python -m fuzz new-target` (docs/adding-a-target.md, step 3). Each invariant is
+``(spec, output) -> None | "what is violated"``, stated in its docstring from the upstream meaning of the
+result (its docstring, how its callers read it), never from either copy. Where none applies, delete this
+file and give the record ``no_invariants="why"``; add a ``Reference`` (fuzz.api) where an independent
+implementation is cheap and obviously right.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def {_invariant_name(module)}(spec: dict, output: Any) -> str | None:
+    """TODO: the property, in one sentence (and rename the function after it, in the record too)."""
+    raise NotImplementedError("write the invariant: docs/adding-a-target.md, step 3")
+'''
+
+
+def _oracle_test_stub(name: str, module: str) -> str:
+    return f'''"""The {name} target's invariants, each broken by a hand-made output (strategies/{module}/oracles.py).
+
+Scaffolded by `python -m fuzz new-target`: a test per invariant, on an output that breaks it, and one on an
+output that keeps it (docs/adding-a-target.md, step 3).
+"""
+
+from strategies.{module}.oracles import {_invariant_name(module)}
+
+
+def test_{_invariant_name(module)}_reports_a_broken_output():
+    spec: dict = {{}}  # TODO: a spec the input model could draw
+    broken = None  # TODO: an output that breaks the invariant
+    assert {_invariant_name(module)}(spec, broken) is not None
 '''
 
 
@@ -410,17 +467,20 @@ def _planted_stub(name: str, module: str) -> str:
 
 Scaffolded by `python -m fuzz new-target`. Each is a one-edit mutant of the optimized copy:
 Plant(name, base_target, module, old, new, why); ``old`` must occur once in the copy.
-tests/unit/test_targets.py wants at least one of each.
+tests/unit/test_targets.py wants at least one of each; tests/planted collects them. A bug both copies share,
+which only the oracles can see, is a ``SharedPlant`` in ``SHARED_BUGS`` (fuzz.api).
 """
 
-from tests.planted.plant import Plant
+from fuzz.api import Plant
 
 _OPT = "optimized.{module}"
 
-# e.g. Plant("planted-{name}-...", "{name}", _OPT, "<upstream text>", "<the slip>", "<what goes wrong>")
+# e.g. Plant("planted-{name}-...", "{name}", _OPT,
+#            "<upstream text>", "<the slip>", "<what goes wrong>")
 BUGS: list[Plant] = []
 
-# e.g. Plant("benign-{name}-...", "{name}", _OPT, "<upstream text>", "<an equivalent>", "<why it is equivalent>")
+# e.g. Plant("benign-{name}-...", "{name}", _OPT,
+#            "<upstream text>", "<an equivalent>", "<why it is equivalent>")
 BENIGN: list[Plant] = []
 '''
 
@@ -455,13 +515,16 @@ def check_request(name: str, refs: Sequence[str], module: str | None = None, als
     if not module.isidentifier() or module.startswith("_"):
         raise UsageError(f"--module {module!r} must be a Python module name (letters, digits, '_')")
     paths = {side: f"{side}/{module}.py" for side in SIDES}
-    paths.update(inputs=f"strategies/{module}.py", record=f"fuzz/catalog/{module}.py",
-                 planted=f"tests/planted/{module}.py")
-    existing = [p for p in paths.values() if (root / p).exists()]
+    folder = f"strategies/{module}"
+    paths.update(package=f"{folder}/__init__.py", inputs=f"{folder}/inputs.py", record=f"{folder}/record.py",
+                 oracles=f"{folder}/oracles.py", planted=f"{folder}/planted.py",
+                 oracle_tests=f"tests/unit/test_oracles_{module}.py")
+    existing = [p for p in [*paths.values(), folder, f"strategies/{module}.py"] if (root / p).exists()]
     if existing:
         raise UsageError(f"{', '.join(existing)} already exist(s) under {root}; new-target never overwrites: "
                          f"pick another --module (or remove the files)")
-    missing = sorted({str(Path(p).parent) for p in paths.values() if not (root / p).parent.is_dir()})
+    missing = sorted({str(Path(p).parent) for p in paths.values()
+                      if not (root / p).parent.is_dir() and Path(p).parent != Path(folder)})
     if missing:
         raise UsageError(f"{root} has no {', '.join(missing)}/; --root must be a syncfuzz checkout")
     return Request(name, parsed, extra, module, paths)
@@ -482,10 +545,15 @@ def plan(name: str, refs: Sequence[str], pair: tuple[str, str], sources: Mapping
         text, notes = build_copy(side, version, request.refs, request.also, sources[version])
         files[request.paths[side]] = text
         todo += notes
+    files[request.paths["package"]] = _package_stub(name, request.module)
     files[request.paths["inputs"]] = _strategy_stub(name, request.module)
     files[request.paths["record"]] = _catalog_record(name, request.module, request.refs, pair)
+    files[request.paths["oracles"]] = _oracles_stub(name, request.module)
     files[request.paths["planted"]] = _planted_stub(name, request.module)
+    files[request.paths["oracle_tests"]] = _oracle_test_stub(name, request.module)
     todo += [f"write the input model in {request.paths['inputs']}",
+             f"write the invariants in {request.paths['oracles']} and break each by hand in "
+             f"{request.paths['oracle_tests']}",
              f"plant at least one bug and one benign refactor in {request.paths['planted']}",
              f"fill in the description and expected_optimized_syncs in {request.paths['record']}"]
     return Plan(files, todo)
@@ -496,6 +564,7 @@ def write(result: Plan, root: Path) -> list[Path]:
     written = []
     for rel, text in result.files.items():
         path = root / rel
+        path.parent.mkdir(exist_ok=True)  # the target's own folder, strategies/MODULE/
         try:
             with open(path, "x", encoding="utf-8") as handle:
                 handle.write(text)
@@ -513,9 +582,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "new-target", help="scaffold a target: verbatim copies from two vllm releases, a record, stubs",
         description="Write legacy/MODULE.py and optimized/MODULE.py (the --upstream definitions sliced verbatim "
-                    "out of the two releases, vllm imports mapped to ADAPTED placeholders), a stub input model "
-                    "strategies/MODULE.py, the record fuzz/catalog/MODULE.py and tests/planted/MODULE.py. Never "
-                    "overwrites a file (docs/adding-a-target.md).")
+                    "out of the two releases, vllm imports mapped to ADAPTED placeholders), the target's own folder "
+                    "strategies/MODULE/ (inputs.py, record.py, oracles.py, planted.py) and "
+                    "tests/unit/test_oracles_MODULE.py. Never overwrites a file (docs/adding-a-target.md).")
     p.add_argument("name", metavar="NAME", help="the target's name, e.g. cpu-gpu-buffer-copy-to-gpu")
     p.add_argument("--upstream", action="append", default=[], required=True, metavar="vllm/PATH.py::QUAL",
                    help="an upstream definition the target covers (repeatable; the first is the entry point)")
@@ -560,7 +629,7 @@ def target_names(root: Path) -> list[str]:
 
         return [t.name for t in lookup([])]
     names = []
-    for record in sorted((root / "fuzz" / "catalog").glob("*.py")):
+    for record in sorted((root / "strategies").glob("*/record.py")):
         try:
             tree = ast.parse(record.read_text(encoding="utf-8"), str(record))
         except (OSError, SyntaxError, UnicodeDecodeError):

@@ -430,8 +430,8 @@ def _built_path(target: Target, role: str, spec: str, search: Sequence[str]) -> 
     except Exception as exc:  # noqa: BLE001 -- the rebuilt module failed to import: that is the reason
         raise CannotBuild(f"{where}: importing it fails: {type(exc).__name__}: {exc}") from exc
     # An input model may say a rebuilt side takes a form it cannot hand it: an optional
-    # ``fits(impl) -> None | reason`` (strategies/paddleocr_vl.py's encode_image grids). One that calls
-    # each release its own way (strategies/diffusion_gemma.py's sampler: 0.34.0 renamed ``logits`` to
+    # ``fits(impl) -> None | reason`` (strategies/paddleocr_vl/inputs.py's encode_image grids). One that calls
+    # each release its own way (strategies/diffusion_gemma/inputs.py's sampler: 0.34.0 renamed ``logits`` to
     # ``hidden_states``) sets ``fits_checks_signature = True``: its fits() then judges the signature too.
     model = target.input_model()
     if not getattr(model, "fits_checks_signature", False):

@@ -8,8 +8,9 @@ from __future__ import annotations
 import sys
 
 import tests.planted as planted
-from tests.planted.layout import WIDE_BUGS
 from tests.support import fuzz
+
+WIDE_BUGS = [p for p in planted.WIDE_BUGS if "-layout-" in p.name]
 
 if __name__ == "__main__":
     name, contract, limit = sys.argv[1], (sys.argv[2:3] or ["caller"])[0], int((sys.argv[3:4] or ["600"])[0])

@@ -1,14 +1,20 @@
-"""Planted layout changes (tests/planted/layout.py): reported where the target
-declares ``Comparison(layout=True)``, invisible where it does not."""
+"""Planted layout changes (strategies/fla_index/planted.py, strategies/torch_utils/planted.py):
+reported where the target declares ``Comparison(layout=True)``, invisible where it does not."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from fuzz.catalog import TARGETS
+import tests.planted as planted
 from fuzz.records.verdicts import Verdict
-from tests.planted.layout import BENIGN, BUGS, WIDE_BUGS
+from fuzz.targets import catalog_targets
 from tests.support import fuzz
+
+TARGETS = catalog_targets()
+# The layout plants: the same values in another memory layout (strategies/*/planted.py, named *-layout-*).
+BUGS = [p for p in planted.BUGS if "-layout-" in p.name]
+BENIGN = [p for p in planted.BENIGN if "-layout-" in p.name]
+WIDE_BUGS = [p for p in planted.WIDE_BUGS if "-layout-" in p.name]
 
 PLANTS = {p.name: p for p in [*BUGS, *BENIGN, *WIDE_BUGS]}
 

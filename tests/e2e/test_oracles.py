@@ -16,16 +16,17 @@ import warnings
 
 import pytest
 
-from fuzz.catalog import TARGETS
 from fuzz.engine.execute import judge_example, run_example
 from fuzz.oracles import Reference, check_invariants, check_reference
 from fuzz.oracles.outcome import SideResult
 from fuzz.records.model import DeviceTally, Failure, TargetEntry
 from fuzz.records.verdicts import Verdict
 from fuzz.reports.report import summary_table
-from fuzz.targets import resolve_object
+from fuzz.targets import catalog_targets, resolve_object
 from tests import oracle_demo, planted
 from tests.support import cli, fuzz
+
+TARGETS = catalog_targets()
 
 DEMO = {"SYNCFUZZ_TARGET_MODULES": "tests.oracle_demo"}
 BY_NAME = {t.name: t for t in oracle_demo.TARGETS}

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 import legacy.paddleocr_vl as legacy_copy
 import optimized.paddleocr_vl as optimized_copy
 from fuzz.targets import lookup
-from strategies.paddleocr_vl import PaddleOCREncodeImageInputs, PaddleOCREncoderInputs, grid_position_ids
-from tests.planted.paddleocr_vl import WIDE_BUGS
+from strategies.paddleocr_vl.inputs import PaddleOCREncodeImageInputs, PaddleOCREncoderInputs, grid_position_ids
+from strategies.paddleocr_vl.planted import WIDE_BUGS
 from tests.support import ROOT, fuzz
 
 ENCODER, ENCODE_IMAGE = "paddleocr-encoder", "paddleocr-encode-image"
-WITHOUT_FINDINGS = "strategies.paddleocr_vl:ENCODER_INPUTS_WITHOUT_FINDINGS"
+WITHOUT_FINDINGS = "strategies.paddleocr_vl.inputs:ENCODER_INPUTS_WITHOUT_FINDINGS"
 UPSTREAM = {"legacy": "/tmp/vllm-0.27.1", "optimized": "/tmp/vllm-0.28.0"}
 MODEL_PATH = "vllm/model_executor/models/paddleocr_vl.py"
 
@@ -189,7 +189,7 @@ def _encode_image_impl(side: str, spec: str = "copy"):
 
 
 def test_copies_keep_the_grid_row_form():
-    from strategies.paddleocr_vl import encode_image_grid_form
+    from strategies.paddleocr_vl.inputs import encode_image_grid_form
 
     assert encode_image_grid_form(_encode_image_impl("legacy")) == "row"
     assert encode_image_grid_form(_encode_image_impl("optimized")) == "row"
@@ -198,7 +198,7 @@ def test_copies_keep_the_grid_row_form():
 @pytest.mark.parametrize(("spec", "form"), [("vllm==0.28.0", "row"), ("vllm==0.32.0", "row"),
                                             ("vllm==0.33.0", "tuples")])
 def test_a_rebuilt_side_gets_its_release_form(spec, form):
-    from strategies.paddleocr_vl import encode_image_grid_form
+    from strategies.paddleocr_vl.inputs import encode_image_grid_form
 
     impl = _encode_image_impl("optimized", spec)
     assert encode_image_grid_form(impl) == form
@@ -216,7 +216,7 @@ def test_an_unversioned_side_is_read_off_its_annotation(monkeypatch):
     import types
 
     from fuzz.targets import Impl
-    from strategies.paddleocr_vl import encode_image_grid_form
+    from strategies.paddleocr_vl.inputs import encode_image_grid_form
 
     def impl_of(annotation: str) -> Impl:
         def encode_image(self, pixel_values, image_grid_thw): ...

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from fuzz.catalog import TARGETS
 from fuzz.config import RunConfig
 from fuzz.run.orchestrate import fuzz_all
-from fuzz.targets import lookup
+from fuzz.targets import catalog_targets, lookup
 from tests.support import fuzz
+
+TARGETS = catalog_targets()
 
 BY_NAME = {t.name: t for t in TARGETS}
 
@@ -42,7 +43,7 @@ def test_target_without_a_run_device_is_skipped_with_a_reason():
 
 def test_broken_strategy_is_a_fuzzer_bug_not_a_divergence():
     broken = dataclasses.replace(BY_NAME["fla-chunk-offsets"], name="broken",
-                                 inputs="strategies.glm4_1v:Glm4EmbeddingsInputs")
+                                 inputs="strategies.glm4_1v.inputs:Glm4EmbeddingsInputs")
     outcome = fuzz(broken, max_examples=5)
     assert outcome.harness_error and not outcome.failures
 
@@ -75,7 +76,7 @@ class TinyInputs:
         return st.just({"device": "cpu", "cu_seqlens": [0, 3], "dtype": "int32", "chunk_size": 2})
 
     def materialize(self, spec, impl, side):  # noqa: ANN001, ANN201
-        from strategies.fla_index import ChunkIndexInputs
+        from strategies.fla_index.inputs import ChunkIndexInputs
 
         return ChunkIndexInputs().materialize(spec, impl, side)
 
@@ -161,12 +162,12 @@ class OffsetsSkewedOnTheSecondDevice:
     only the second device shows."""
 
     def specs(self, available, contract):  # noqa: ANN001, ANN201
-        from strategies.fla_index import ChunkIndexInputs
+        from strategies.fla_index.inputs import ChunkIndexInputs
 
         return ChunkIndexInputs().specs(available, contract)
 
     def materialize(self, spec, impl, side):  # noqa: ANN001, ANN201
-        from strategies.fla_index import ChunkIndexInputs
+        from strategies.fla_index.inputs import ChunkIndexInputs
 
         if side == "optimized" and spec["device"] == "cpu:0":
             spec = {**spec, "chunk_size": spec["chunk_size"] * 2}

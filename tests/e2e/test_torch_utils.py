@@ -1,5 +1,5 @@
 """The async_tensor_h2d input model: the wide contract draws every form a caller
-can pass (strategies/torch_utils.py), as plain JSON, and builds what it says."""
+can pass (strategies/torch_utils/inputs.py), as plain JSON, and builds what it says."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, Phase, find, given, settings
 
 from fuzz.targets import Impl, lookup
-from strategies.torch_utils import NUMPY_DTYPES, TORCH_DTYPES, AsyncH2DInputs, build_source
+from strategies.torch_utils.inputs import NUMPY_DTYPES, TORCH_DTYPES, AsyncH2DInputs, build_source
 from tests.support import fuzz
 
 MODEL = AsyncH2DInputs()

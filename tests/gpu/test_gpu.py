@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 import tests.planted as planted
-from fuzz.catalog import TARGETS
 from fuzz.records.verdicts import Verdict
 from fuzz.run.triage import load_known_issues, mark_known
+from fuzz.targets import catalog_targets
 from tests.conftest import requires_cuda
 from tests.support import ROOT, fuzz
+
+TARGETS = catalog_targets()
 
 pytestmark = requires_cuda
 BY_NAME = {t.name: t for t in TARGETS}

@@ -1,28 +1,38 @@
-"""Planted bugs and benign refactors of the optimized copies.
+"""Every target's planted bugs and benign refactors, collected, and their mutants registered.
 
-Each module here lists ``BUGS`` (one-edit mutants the fuzzer must report) and
-``BENIGN`` (refactors it must pass) for one family of targets, as ``Plant``
-records (tests/planted/plant.py); the ``shared_*`` modules list
-``SHARED_BUGS``, one bug planted in both copies at once (``SharedPlant``),
-which only a target's invariants or reference can see. Registered for the CLI and for replay with
-``SYNCFUZZ_TARGET_MODULES=tests.planted``.
+Each target lists its plants beside its other code, in ``strategies/<module>/planted.py``: ``BUGS``
+(one-edit mutants the fuzzer must report), ``BENIGN`` (refactors it must pass), ``SYNC_BUGS`` (only the
+CUDA sync oracle sees them), ``STRESS_BUGS`` (only ``--stress``), ``SHARED_BUGS`` (one bug planted in both
+copies at once, which only a target's invariants or reference can see) and ``WIDE_BUGS`` (only on inputs
+the caller model never draws). The records are ``Plant`` / ``SharedPlant`` (fuzz/plants.py). Registered
+for the CLI and for replay with ``SYNCFUZZ_TARGET_MODULES=tests.planted``: importing this package builds
+every mutant as one of its attributes, so a replay child finds it by its dotted path.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 
-from tests.planted.plant import Plant, SharedPlant
+import strategies
+from fuzz.api import Plant, SharedPlant
 
 _FAMILIES = [
-    importlib.import_module(f"{__name__}.{info.name}")
-    for info in pkgutil.iter_modules(__path__)
-    if info.name != "plant"
+    importlib.import_module(f"strategies.{info.name}.planted")
+    for info in pkgutil.iter_modules(strategies.__path__)
+    if info.ispkg and importlib.util.find_spec(f"strategies.{info.name}.planted") is not None
 ]
-BUGS: list[Plant] = [plant for family in _FAMILIES for plant in getattr(family, "BUGS", [])]
-BENIGN: list[Plant] = [plant for family in _FAMILIES for plant in getattr(family, "BENIGN", [])]
-SHARED_BUGS: list[SharedPlant] = [plant for family in _FAMILIES for plant in getattr(family, "SHARED_BUGS", [])]
-SYNC_BUGS: list[Plant] = [plant for family in _FAMILIES for plant in getattr(family, "SYNC_BUGS", [])]
-STRESS_BUGS: list[Plant] = [plant for family in _FAMILIES for plant in getattr(family, "STRESS_BUGS", [])]
+
+
+def _all(kind: str) -> list:
+    return [plant for family in _FAMILIES for plant in getattr(family, kind, [])]
+
+
+BUGS: list[Plant] = _all("BUGS")
+BENIGN: list[Plant] = _all("BENIGN")
+SHARED_BUGS: list[SharedPlant] = _all("SHARED_BUGS")
+SYNC_BUGS: list[Plant] = _all("SYNC_BUGS")
+STRESS_BUGS: list[Plant] = _all("STRESS_BUGS")
+WIDE_BUGS: list[Plant] = _all("WIDE_BUGS")  # fuzzed under --contract wide by their own tests, not registered
 TARGETS = [plant.target() for plant in [*BUGS, *BENIGN, *SYNC_BUGS, *STRESS_BUGS, *SHARED_BUGS]]

@@ -176,9 +176,9 @@ def checkout_naming(target: str) -> Callable[[Path], str]:
     """Another syncfuzz checkout whose catalog already has ``target``."""
     def make(w: Path) -> str:
         root = w / "other-checkout"
-        for sub in ("legacy", "optimized", "strategies", "fuzz/catalog", "tests/planted"):
+        for sub in ("legacy", "optimized", "strategies/theirs", "tests/unit"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        (root / "fuzz" / "catalog" / "theirs.py").write_text(f'TARGETS = [Target(name="{target}")]\n')
+        (root / "strategies" / "theirs" / "record.py").write_text(f'TARGETS = [Target(name="{target}")]\n')
         return str(root)
     return make
 

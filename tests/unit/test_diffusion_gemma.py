@@ -16,7 +16,13 @@ from fuzz.engine.execute import run_example
 from fuzz.errors import HarnessError
 from fuzz.records.verdicts import Verdict
 from fuzz.targets import lookup
-from strategies.diffusion_gemma import STATE_TENSORS, index_in_form, sampler_sync_budget, slot_in_form, state_dims
+from strategies.diffusion_gemma.inputs import (
+    STATE_TENSORS,
+    index_in_form,
+    sampler_sync_budget,
+    slot_in_form,
+    state_dims,
+)
 
 STATES, SAMPLER = lookup(["diffusion-gemma-states", "diffusion-gemma-sampler"])
 DIMS = {"device": "cpu", "max_num_reqs": 3, "canvas_length": 2, "vocab_size": 5, "hidden_size": 2,

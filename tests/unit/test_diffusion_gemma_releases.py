@@ -4,7 +4,7 @@
 (``sample_row_stats``, a catalog file the side builder pulls from), sized tiles by
 ``torch.accelerator.get_memory_info()`` and added per-token-id logprobs; 0.33.0 passes
 ``get_top_k_top_p`` the vocabulary size; 0.34.0 takes ``hidden_states`` and a per-tile
-``compute_logits``. Each side is called its own release's way (strategies/diffusion_gemma.py
+``compute_logits``. Each side is called its own release's way (strategies/diffusion_gemma/inputs.py
 ``sampler_convention``); these tests pin that, that logprob requests are drawn and reach every
 release's sampler, and that a bug planted in the 0.34.0 convention's path is caught.
 """
@@ -27,7 +27,7 @@ from fuzz.records.verdicts import Verdict
 from fuzz.releases.packs import SHIPPED_PACKS, catalog_paths, read_manifest
 from fuzz.releases.sides import bind
 from fuzz.targets import lookup
-from strategies.diffusion_gemma import (
+from strategies.diffusion_gemma.inputs import (
     IdentityHead,
     SamplerConvention,
     fold_tile_calls,
@@ -242,7 +242,7 @@ def test_on_cuda_a_side_with_the_row_stats_kernel_runs_upstreams_reference_form(
     """0.31.0+'s Triton kernel draws its Gumbel noise with tl.rand, 0.28.0 with torch.rand_like: on CUDA the
     side's sample_row_stats is swapped for upstream's sample_row_stats_reference during the call (the seed
     argument dropped), and put back after; on the CPU, and on a side without the kernel, nothing changes."""
-    from strategies.diffusion_gemma import reference_row_stats
+    from strategies.diffusion_gemma.inputs import reference_row_stats
 
     module = sys.modules[sides["0.34.0"].impl("optimized").function.__module__]
     kernel, reference = module.sample_row_stats, module.sample_row_stats_reference

@@ -15,7 +15,7 @@ import legacy.ernie45_vl as legacy
 import optimized.ernie45_vl as optimized
 import tests.planted as planted
 from fuzz.targets import CONTRACTS, lookup
-from strategies.ernie45_vl import (
+from strategies.ernie45_vl.inputs import (
     CALLER_MAX_ROWS,
     expand_frames,
     frame_grid_thws,
@@ -58,7 +58,7 @@ def test_caller_resampler_grids_pair_frames(data, modality):
 
 def test_declared_sync_bounds_follow_the_row_bound():
     """9 syncs per device grid row and 1 for the table size; the metadata adds
-    repeat_interleave's and the max_seqlen read (fuzz/catalog/ernie45_vl.py)."""
+    repeat_interleave's and the max_seqlen read (strategies/ernie45_vl/record.py)."""
     rot, metadata, resampler = lookup(list(ERNIE_TARGETS))
     assert rot.expected_optimized_syncs == 9 * CALLER_MAX_ROWS + 1
     assert metadata.expected_optimized_syncs == rot.expected_optimized_syncs + 2
@@ -221,7 +221,7 @@ def test_graph_target_runs_both_model_hooks(monkeypatch, contract):
 def test_replay_buffers_fill_the_capture_buffers():
     """As the manager replays: the batch's values copied into capture's buffers
     leave the real tokens first and zeros (cu_seqlens: the padded offsets) after."""
-    from strategies.ernie45_vl import fill_graph_buffers
+    from strategies.ernie45_vl.inputs import fill_graph_buffers
 
     graph = optimized.Ernie4_5_VLMoeForConditionalGeneration(tower(optimized))
     captured = graph.prepare_encoder_cudagraph_capture_inputs(8, 2, 2, torch.device("cpu"), torch.float32).values
@@ -239,7 +239,7 @@ def test_replay_buffers_fill_the_capture_buffers():
 def test_a_slip_in_the_capture_hook_is_reported():
     """Flooring the per-item budget makes the capture buffers too small for a
     full batch: the legacy side's buffers (the hook's documented shape) differ."""
-    from tests.planted.plant import Plant
+    from fuzz.api import Plant
 
     plant = Plant(
         "ernie-graph-capture-floor", "ernie-encoder-metadata-graph", "optimized.ernie45_vl",

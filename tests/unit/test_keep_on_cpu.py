@@ -12,12 +12,14 @@ from hypothesis import given, settings
 
 import legacy.keep_on_cpu as legacy_copy
 import optimized.keep_on_cpu as optimized_copy
-import strategies.keep_on_cpu as koc
-from fuzz.catalog import TARGETS
+import strategies.keep_on_cpu.inputs as koc
 from fuzz.engine.execute import run_example, run_side
 from fuzz.errors import HarnessError
 from fuzz.records.verdicts import Verdict
+from fuzz.targets import catalog_targets
 from tests.conftest import requires_cuda
+
+TARGETS = catalog_targets()
 
 KOC = {t.name: t for t in TARGETS if t.name.startswith("keep-on-cpu-")}
 NAMES = sorted(KOC)

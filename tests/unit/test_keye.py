@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from fuzz.engine.execute import run_example, run_side
 from fuzz.records.verdicts import Verdict
 from fuzz.targets import lookup
-from strategies.keye import (
+from strategies.keye.inputs import (
     MAX_VIDEO_ROWS,
     _encoder_specs,
     _largest_side,

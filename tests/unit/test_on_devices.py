@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from fuzz.engine.devices import on_devices
 from fuzz.engine.runner import no_local_constants
 from fuzz.targets import CONTRACTS, lookup
-from strategies.paddleocr_vl import PaddleOCREncoderInputs
-from strategies.torch_utils import CUDA_ONLY_FORMS, AsyncH2DInputs
+from strategies.paddleocr_vl.inputs import PaddleOCREncoderInputs
+from strategies.torch_utils.inputs import CUDA_ONLY_FORMS, AsyncH2DInputs
 
 RUN = ("cpu", "cuda")
 

@@ -1,4 +1,4 @@
-"""ernie45_vl's oracles (fuzz/oracles/ernie45_vl.py): each invariant holds on
+"""ernie45_vl's oracles (strategies/ernie45_vl/oracles.py): each invariant holds on
 the real copies and flags a hand-broken output, the references match both
 copies and flag a broken one, the consumers make upstream's reads and no
 other, and the bugs planted in both copies span two targets (the fuzz that must report each is
@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import fuzz.oracles.ernie45_vl as oracles
+import strategies.ernie45_vl.oracles as oracles
 from fuzz.engine.execute import run_example
 from fuzz.oracles.compare import compare_values
 from fuzz.records.verdicts import Verdict

@@ -1,5 +1,5 @@
 """The oracles of the FLA index helpers, glm4_1v, async_tensor_h2d and copy_to_gpu
-(fuzz/oracles/fla_index.py, glm4_1v.py, torch_utils.py, v1_utils.py): each invariant
+(strategies/fla_index/oracles.py, glm4_1v.py, torch_utils.py, v1_utils.py): each invariant
 flags a hand-broken output and passes a right one, the references match the real
 copies and flag a broken output, the real copies satisfy every oracle over their
 own caller and wide specs, and the bugs planted in both copies span two targets (the fuzz that must
@@ -14,16 +14,21 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-import fuzz.oracles.fla_index as fla
-import fuzz.oracles.glm4_1v as glm
-import fuzz.oracles.torch_utils as h2d
-import fuzz.oracles.v1_utils as buf
+import strategies.fla_index.oracles as fla
+import strategies.glm4_1v.oracles as glm
+import strategies.torch_utils.oracles as h2d
+import strategies.v1_utils.oracles as buf
 from fuzz.engine.execute import run_side
 from fuzz.oracles import Reference
 from fuzz.oracles.compare import compare_values
 from fuzz.targets import Comparison, Target, lookup, resolve_object
+from strategies.fla_index.planted import SHARED_BUGS as FLA_SHARED
+from strategies.glm4_1v.planted import SHARED_BUGS as GLM4_SHARED
+from strategies.torch_utils.planted import SHARED_BUGS as H2D_SHARED
+from strategies.v1_utils.planted import SHARED_BUGS as COPY_SHARED
 from tests.conftest import requires_cuda
-from tests.planted.shared_fla_glm4 import SHARED_BUGS
+
+SHARED_BUGS = [*FLA_SHARED, *GLM4_SHARED, *H2D_SHARED, *COPY_SHARED]
 
 INDICES, OFFSETS, EMBEDDINGS, POS_EMBEDS, H2D, COPY = lookup([
     "fla-chunk-indices", "fla-chunk-offsets", "glm4v-embeddings", "glm4v-pos-embeds", "async-tensor-h2d",

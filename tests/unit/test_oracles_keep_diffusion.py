@@ -1,5 +1,5 @@
-"""The keep-on-cpu and diffusion_gemma oracles (fuzz/oracles/keep_on_cpu.py,
-fuzz/oracles/diffusion_gemma.py): each invariant holds on a real copy's output
+"""The keep-on-cpu and diffusion_gemma oracles (strategies/keep_on_cpu/oracles.py,
+strategies/diffusion_gemma/oracles.py): each invariant holds on a real copy's output
 and flags a hand-broken one, the references match both copies and flag a
 broken output, the consumer makes upstream's reads and no other, the real
 copies satisfy every oracle over a sample of their own specs (the fuzz that must
@@ -15,9 +15,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-import fuzz.oracles.diffusion_gemma as dg
-import fuzz.oracles.keep_on_cpu as koc
-import strategies.keep_on_cpu as koc_inputs
+import strategies.diffusion_gemma.oracles as dg
+import strategies.keep_on_cpu.inputs as koc_inputs
+import strategies.keep_on_cpu.oracles as koc
 from fuzz.engine.execute import run_side
 from fuzz.oracles.compare import compare_values
 from fuzz.targets import CONTRACTS, Comparison, Target, lookup, resolve_object
@@ -134,7 +134,7 @@ def test_ultravox_stand_in_layers_make_the_attention_s_reads_as_the_consumer_s(m
     backend -- .item() of max_seqlen on the flash path, .tolist() of the segment
     lengths on the SDPA path -- inside consumer_reads(), so the syncs are the consumer's."""
     from fuzz.oracles import syncs
-    from strategies.keep_on_cpu import VarlenWhisperLayer
+    from strategies.keep_on_cpu.inputs import VarlenWhisperLayer
 
     reads: list[tuple[str, bool]] = []
     item, tolist = torch.Tensor.item, torch.Tensor.tolist
@@ -148,7 +148,7 @@ def test_ultravox_stand_in_layers_make_the_attention_s_reads_as_the_consumer_s(m
         layer = VarlenWhisperLayer(SimpleNamespace(name=backend))
         layer(hidden, cu_seqlens=cu, max_seqlen=torch.tensor(3, dtype=torch.int32))
     assert reads[:2] == [("item", True), ("tolist", True)]
-    assert ULTRAVOX.consumer == "fuzz.oracles.keep_on_cpu:ultravox_attention_reads"
+    assert ULTRAVOX.consumer == "strategies.keep_on_cpu.oracles:ultravox_attention_reads"
 
 
 # -- interns1 -----------------------------------------------------------------
@@ -486,7 +486,7 @@ def test_every_target_of_the_family_declares_its_oracles():
     for target in FAMILY:
         assert target.invariants and not target.no_invariants, target.name
         for path in target.invariants:
-            assert path.startswith(("fuzz.oracles.keep_on_cpu:", "fuzz.oracles.diffusion_gemma:")), path
-    assert (INTERNS1.reference, SAMPLER.reference) == ("fuzz.oracles.keep_on_cpu:INTERNS1_REFERENCE",
-                                                       "fuzz.oracles.diffusion_gemma:SAMPLER_REFERENCE")
-    assert KEYE.consumer == "fuzz.oracles.keep_on_cpu:keye_attention_reads"
+            assert path.startswith(("strategies.keep_on_cpu.oracles:", "strategies.diffusion_gemma.oracles:")), path
+    assert (INTERNS1.reference, SAMPLER.reference) == ("strategies.keep_on_cpu.oracles:INTERNS1_REFERENCE",
+                                                       "strategies.diffusion_gemma.oracles:SAMPLER_REFERENCE")
+    assert KEYE.consumer == "strategies.keep_on_cpu.oracles:keye_attention_reads"

@@ -1,9 +1,9 @@
-"""keye and paddleocr_vl oracles (fuzz/oracles/keye.py, fuzz/oracles/paddleocr_vl.py):
+"""keye and paddleocr_vl oracles (strategies/keye/oracles.py, strategies/paddleocr_vl/oracles.py):
 each invariant holds on a real copy's output and flags a hand-broken one, the
 references match the copies and flag a broken output, the copies satisfy all
 of it over the targets' own caller and wide specs, the consumers make their
 reads without touching the output, and the bugs planted in both copies
-(tests/planted/shared_keye_paddleocr.py) span both families; the fuzz that must
+(strategies/keye/planted.py, strategies/paddleocr_vl/planted.py) span both families; the fuzz that must
 report each is tests/e2e/test_oracles.py."""
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ from hypothesis import HealthCheck, given, settings
 from fuzz.config import RunConfig
 from fuzz.engine.execute import run_example, run_side
 from fuzz.oracles import Reference
-from fuzz.oracles import keye as K
-from fuzz.oracles import paddleocr_vl as P
 from fuzz.oracles.compare import compare_values
 from fuzz.records.verdicts import Verdict
 from fuzz.targets import Comparison, lookup, resolve_object
+from strategies.keye import oracles as K
+from strategies.keye.planted import SHARED_BUGS as KEYE_SHARED
+from strategies.paddleocr_vl import oracles as P
+from strategies.paddleocr_vl.planted import SHARED_BUGS as PADDLE_SHARED
 from tests.conftest import requires_cuda
-from tests.planted.shared_keye_paddleocr import SHARED_BUGS
+
+SHARED_BUGS = [*KEYE_SHARED, *PADDLE_SHARED]
 
 NAMES = ("keye-encoder-rope", "keye-vision-split", "keye-process-image", "keye-process-video",
          "paddleocr-encoder", "paddleocr-encode-image")

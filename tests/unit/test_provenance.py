@@ -23,15 +23,16 @@ from pathlib import Path
 import pytest
 
 import tests.planted as planted
-from fuzz.catalog import TARGETS
 from fuzz.errors import HarnessError, UsageError
 from fuzz.releases import common, drift, matching, packs, verify
 from fuzz.releases import provenance as prov
 from fuzz.releases import sources as release_sources
 from fuzz.releases.matching import check_copy
 from fuzz.releases.sources import TextSource
-from fuzz.targets import Target
+from fuzz.targets import Target, catalog_targets
 from fuzz.versions import DEFAULT_PAIR
+
+TARGETS = catalog_targets()
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM_PATH = "vllm/model_executor/models/toy.py"
@@ -311,7 +312,7 @@ def _target(name: str, versions=DEFAULT_PAIR):
 def test_each_copy_module_takes_the_pair_of_the_targets_using_it():
     for side in common.SIDES:
         pairs = verify.module_pairs(TARGETS, side)
-        assert pairs["v1_utils"] == SECOND  # the first target of a second pair (fuzz/catalog/v1_utils.py)
+        assert pairs["v1_utils"] == SECOND  # the first target of a second pair (strategies/v1_utils/record.py)
         assert pairs["keye"] == pairs["torch_utils"] == pairs["fla_utils"] == DEFAULT_PAIR
     groups = verify.group_modules(TARGETS, {"legacy": ["keye", "v1_utils"], "optimized": ["v1_utils", "fla_utils"]})
     assert groups == {("legacy", DEFAULT_PAIR): ["keye"], ("legacy", SECOND): ["v1_utils"],

@@ -11,7 +11,8 @@ from fuzz.targets import all_targets, plugin_modules
 
 SHADOW = '''
 import dataclasses
-from fuzz.catalog import TARGETS as CATALOG
+from fuzz.targets import catalog_targets
+CATALOG = catalog_targets()
 TARGETS = [dataclasses.replace(next(t for t in CATALOG if t.name == "fla-chunk-offsets"),
                                optimized="optimized.fla_index:prepare_chunk_indices")]
 '''
@@ -31,7 +32,7 @@ def test_a_plugin_that_shadows_a_catalog_target_is_refused_naming_both(shadowing
         all_targets()
     message = str(refused.value)
     assert "'fla-chunk-offsets' is registered twice" in message
-    assert "the catalog (fuzz/catalog)" in message and f"module {shadowing_module!r}" in message
+    assert "the catalog (strategies/*/record.py)" in message and f"module {shadowing_module!r}" in message
     assert "\n" not in message
 
 

@@ -78,7 +78,7 @@ REFS = [f"{PATH}::Buffer.copy", f"{PATH}::fused"]
 
 def checkout(tmp_path: Path) -> Path:
     """An empty syncfuzz-shaped tree to scaffold into."""
-    for folder in ("legacy", "optimized", "strategies", "fuzz/catalog", "tests/planted"):
+    for folder in ("legacy", "optimized", "strategies", "tests/unit"):
         (tmp_path / folder).mkdir(parents=True)
     return tmp_path
 
@@ -92,8 +92,10 @@ def plan(tmp_path: Path, **changes) -> scaffold.Plan:
 
 def test_the_copies_are_verbatim_slices_that_provenance_accepts(tmp_path):
     result = plan(tmp_path)
-    assert sorted(result.files) == ["fuzz/catalog/toy.py", "legacy/toy.py", "optimized/toy.py", "strategies/toy.py",
-                                    "tests/planted/toy.py"]
+    assert sorted(result.files) == ["legacy/toy.py", "optimized/toy.py", "strategies/toy/__init__.py",
+                                    "strategies/toy/inputs.py", "strategies/toy/oracles.py",
+                                    "strategies/toy/planted.py", "strategies/toy/record.py",
+                                    "tests/unit/test_oracles_toy.py"]
     for side, version, upstream in (("legacy", "0.29.0", OLD), ("optimized", "0.30.0", NEW)):
         text = result.files[f"{side}/toy.py"]
         assert text.startswith("# SPDX-License-Identifier: Apache-2.0\n")
@@ -123,20 +125,38 @@ def test_the_copies_are_verbatim_slices_that_provenance_accepts(tmp_path):
 def test_the_record_names_the_pair_and_the_stubs_say_what_to_write(tmp_path):
     result = plan(tmp_path)
     record: dict = {}
-    exec(result.files["fuzz/catalog/toy.py"], record)
+    exec(result.files["strategies/toy/record.py"], record)
     (target,) = record["TARGETS"]
     assert target.versions == PAIR and record["VERSIONS"] == PAIR
     assert target.upstream == tuple(REFS)  # --also is copied, not named
     assert (target.legacy, target.optimized) == ("legacy.toy:Buffer.copy", "optimized.toy:Buffer.copy")
-    assert target.inputs == "strategies.toy:ToyInputs" and target.upstream_impl == "vllm.v1.toy_utils:Buffer.copy"
+    assert target.inputs == "strategies.toy.inputs:ToyInputs"
+    assert target.upstream_impl == "vllm.v1.toy_utils:Buffer.copy"
     inputs: dict = {}
-    exec(result.files["strategies/toy.py"], inputs)
+    exec(result.files["strategies/toy/inputs.py"], inputs)
     with pytest.raises(NotImplementedError, match="docs/adding-a-target.md"):
         inputs["ToyInputs"]().specs(["cpu"], "caller")
+    # The oracle the record names is the stub's, which says what to write until it is written.
+    (invariant,) = target.invariants
+    assert invariant.startswith("strategies.toy.oracles:")
+    oracles: dict = {}
+    exec(result.files["strategies/toy/oracles.py"], oracles)
+    with pytest.raises(NotImplementedError, match="docs/adding-a-target.md"):
+        oracles[invariant.partition(":")[2]]({}, None)
+    # ...and the test that breaks it by hand fails until both are written: a scaffold never passes unwritten.
+    name = invariant.partition(":")[2]
+    test_module: dict = {name: oracles[name]}
+    exec(result.files["tests/unit/test_oracles_toy.py"].replace(f"from strategies.toy.oracles import {name}\n", ""),
+         test_module)
+    (test,) = [value for key, value in test_module.items() if key.startswith("test_")]
+    with pytest.raises(NotImplementedError):
+        test()
     planted: dict = {}
-    exec(result.files["tests/planted/toy.py"], planted)
+    exec(result.files["strategies/toy/planted.py"], planted)
     assert planted["BUGS"] == [] and planted["BENIGN"] == []
-    for rel in ("fuzz/catalog/toy.py", "strategies/toy.py"):  # linted like the rest of the repo
+    for rel in result.files:  # linted like the rest of the repo
+        if rel.startswith(("legacy/", "optimized/")):
+            continue
         assert max(len(line) for line in result.files[rel].splitlines()) <= 120, rel
         ast.parse(result.files[rel])
 
@@ -221,9 +241,12 @@ def test_a_name_taken_in_the_checkout_written_into_is_refused(tmp_path, capsys):
 
 
 def test_another_checkouts_names_are_read_from_its_catalog_as_list_shows_them(tmp_path):
-    from fuzz.catalog import TARGETS
+    from fuzz.targets import catalog_targets
+    TARGETS = catalog_targets()
 
-    shutil.copytree(ROOT / "fuzz" / "catalog", tmp_path / "fuzz" / "catalog")
+    for record in (ROOT / "strategies").glob("*/record.py"):
+        (tmp_path / record.parent.relative_to(ROOT)).mkdir(parents=True)
+        shutil.copy(record, tmp_path / record.relative_to(ROOT))
     assert sorted(scaffold.target_names(tmp_path)) == sorted(t.name for t in TARGETS) != []
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
 from strategies.common import fixed_dict, seeded_ints
-from strategies.torch_utils import AsyncH2DInputs
+from strategies.torch_utils.inputs import AsyncH2DInputs
 
 FIRST = settings(database=None, derandomize=True, phases=[Phase.generate], max_examples=5_000,
                  suppress_health_check=list(HealthCheck))

@@ -38,7 +38,7 @@ def test_host_to_host_copies_are_not_counted_and_results_are_untouched():
     from fuzz.oracles.syncs import SyncTally, _PageableAsyncCopies
 
     tally = SyncTally()
-    with _PageableAsyncCopies(tally):
+    with _PageableAsyncCopies(tally, lambda: False):
         out = torch.arange(3).to(torch.float32, non_blocking=True)  # host to host: no sync
         torch.empty(3).copy_(torch.ones(3), non_blocking=True)
     assert out.tolist() == [0.0, 1.0, 2.0]
@@ -50,7 +50,7 @@ def test_the_copy_methods_are_restored_on_exit_even_when_the_call_raises():
 
     before = {name: torch.Tensor.__dict__.get(name) for name in ("to", "cuda", "copy_")}
     try:
-        with _PageableAsyncCopies(SyncTally()):
+        with _PageableAsyncCopies(SyncTally(), lambda: False):
             assert torch.Tensor.to is not before["to"]  # armed: wrapped
             torch.arange(3).to(torch.float32, non_blocking=True)
             raise RuntimeError("the call under test failed")
