@@ -69,9 +69,10 @@ def bring(names: list[str]) -> None:
     for m in names:
         init = ROOT / "strategies" / m / "__init__.py"
         if not init.exists():
-            init.write_text(f'"""The {m} targets: everything of them but their copies (legacy/{m}.py, '
-                            f'optimized/{m}.py).\n\ninputs.py holds the input models, record.py the records, '
-                            f'oracles.py the oracles,\nplanted.py the planted bugs and benign refactors.\n"""\n')
+            init.write_text(f'"""The {m} targets: everything of them but their copies.\n\ninputs.py holds the '
+                            f'input models, record.py the records, oracles.py the oracles, planted.py the\n'
+                            f'planted bugs and benign refactors. The copies are legacy/{m}.py and optimized/{m}.py.'
+                            f'\n"""\n')
         for path in (ROOT / "strategies" / m).glob("*.py"):
             text = path.read_text()
             for pattern, replacement in ENGINE_IMPORTS:
