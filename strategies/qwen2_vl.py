@@ -36,7 +36,7 @@ import torch
 from hypothesis import strategies as st
 
 from fuzz.api import HarnessError, Impl
-from strategies.common import FLOAT_DTYPES, choice_of, devices, float_dtypes, in_form, seeded_floats, tensor_forms
+from strategies.common import FLOAT_DTYPES, choice_of, devices, float_dtypes, in_form, seeded_floats
 from strategies.grids import grid_thws
 
 # Rows of the stand-in cos/sin cache: upstream's max_position is 8192; every position id drawn

@@ -34,7 +34,7 @@ TARGETS = [
         # the host only loops over the Python grid list. To be confirmed on CUDA (lab/gpu-runs/).
         expected_optimized_syncs=0,
         versions=VERSIONS,
-        description="rot_pos_emb builds the position ids on the device instead of a pageable H2D copy (0.28.0 -> 0.29.0)",
+        description="rot_pos_emb builds the position ids on the device, no pageable H2D copy (0.28.0 -> 0.29.0)",
         invariants=(
             "fuzz.oracles.qwen2_vl:rot_pos_emb_shape_follows_grids",
             "fuzz.oracles.qwen2_vl:rot_pos_emb_frames_repeat",
