@@ -1,9 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Copied from vllm 0.28.0:
-vllm/model_executor/models/qwen2_vl.py :: Qwen2VisionTransformer.rot_pos_emb, Qwen2VisionTransformer.device
-(definitions verbatim; a method with its class's own lines). Scaffolded by `python -m fuzz new-target`:
-every line that departs from upstream ends with `# ADAPTED: <why>` (docs/adding-a-target.md).
+"""Copied from vllm 0.28.0: vllm/model_executor/models/qwen2_vl.py ::
+Qwen2VisionTransformer.rot_pos_emb and Qwen2VisionTransformer.device (definitions verbatim; the class's
+own lines verbatim).
+
+Between 0.28.0 and 0.29.0 ``rot_pos_emb`` changed: 0.28.0 builds the position ids on the host and copies
+them with ``pos_ids.to(cos.device, non_blocking=True)`` (a pageable H2D copy); 0.29.0 builds them with
+``torch.arange(..., device=self.device)`` on the model's device and drops the copy.
+
+Qwen2VisionTransformer itself is far larger (patch embedding, attention blocks, merger); the ``__init__``
+here is a stand-in holding only what ``rot_pos_emb`` and ``device`` read (``spatial_merge_size``,
+``rotary_pos_emb``, ``patch_embed``), marked ADAPTED. ``rotary_pos_emb`` is the model's ``get_rope(...)``
+module; the input model (strategies/qwen2_vl.py) hands in a stand-in with a seeded ``cos_sin_cache`` and
+upstream's ``get_cos_sin``.
 """
 
 import torch

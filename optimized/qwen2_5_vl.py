@@ -1,10 +1,26 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Copied from vllm 0.30.0:
-vllm/model_executor/models/qwen2_5_vl.py :: Qwen2_5_VisionTransformer.get_rope_by_thw, Qwen2_5_VisionTransformer.rotary_pos_emb_thw, Qwen2_5_VisionTransformer.get_window_index_thw
-vllm/utils/torch_utils.py :: async_tensor_h2d
-(definitions verbatim; a method with its class's own lines). Scaffolded by `python -m fuzz new-target`:
-every line that departs from upstream ends with `# ADAPTED: <why>` (docs/adding-a-target.md).
+"""Copied from vllm 0.30.0: vllm/model_executor/models/qwen2_5_vl.py ::
+Qwen2_5_VisionTransformer.get_rope_by_thw, Qwen2_5_VisionTransformer.rotary_pos_emb_thw and
+Qwen2_5_VisionTransformer.get_window_index_thw (definitions verbatim; the class's own lines verbatim);
+vllm/utils/torch_utils.py :: async_tensor_h2d (verbatim, 0.30.0's: it stages a pageable tensor through a
+pinned buffer), defined here because the torch_utils helper modules are the 0.27.1/0.28.0 copies and a
+copy module serves one version pair. ``LRUCache`` (vllm/utils/cache.py) is stood in by a dict.
+
+Changes 0.28.0 -> 0.30.0 (issue #43): 0.29.0 builds the 2-D position ids of ``rotary_pos_emb_thw`` on
+the rope cache's device (``torch.arange(h, device=cos.device)``) instead of on the host followed by
+``pos_ids.to(cos.device, non_blocking=True)`` (a pageable H2D copy), and replaces ``get_rope_by_thw``'s
+``@lru_cache(maxsize=1024)`` (keyed by ``self`` too, shared by every instance) with a per-instance
+``LRUCache(capacity=1024)`` keyed by ``(t, h, w)``; 0.30.0 copies the window index with
+``async_tensor_h2d`` (staged through pinned memory) instead of
+``window_index_thw.to(cos_thw.device, non_blocking=True)``.
+
+``Qwen2_5_VisionTransformer`` itself is far larger (patch embedding, window/full attention blocks,
+merger); its ``__init__`` here is a stand-in holding only what these methods read
+(``spatial_merge_size``, ``spatial_merge_unit``, ``patch_size``, ``window_size``, ``rotary_pos_emb``, ``_rope_by_thw_cache``),
+marked ADAPTED. ``rotary_pos_emb`` is the model's ``get_rope(...)`` module; the input model
+(strategies/qwen2_5_vl.py) hands in a stand-in with a seeded ``cos_sin_cache`` and upstream's
+``get_cos_sin``.
 """
 
 import torch
