@@ -60,9 +60,15 @@ class Plant:
     old: str
     new: str
     why: str
+    # Another input model for the mutant than the base target's ("module:Class"): for a target whose
+    # real copies differ on part of its caller contract (a known finding), the plants are judged on
+    # the rest, which that input model draws (strategies/idefics2_vision_model/planted.py).
+    inputs: str | None = None
 
     def target(self) -> Target:
         base = _base(self.base_target)
+        if self.inputs:
+            base = dataclasses.replace(base, inputs=self.inputs)
         where = _registered("_" + self.name.replace("-", "_"), self.module, self.old, self.new)
         _, _, qualname = base.optimized.partition(":")
         return dataclasses.replace(base, name=self.name, optimized=f"{where}.{qualname}")

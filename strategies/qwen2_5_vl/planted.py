@@ -1,0 +1,35 @@
+"""Planted bugs and benign refactors for the qwen25-vl-rope-by-thw target (optimized/qwen2_5_vl.py).
+
+Each is a one-edit mutant of the optimized copy: Plant(name, base_target, module, old, new, why);
+``old`` occurs once in the copy.
+"""
+
+from fuzz.api import Plant
+
+_OPT = "optimized.qwen2_5_vl"
+_TARGET = "qwen25-vl-rope-by-thw"
+
+BUGS = [
+    Plant("planted-qwen25-rope-cache-key-without-t", _TARGET, _OPT,
+          "cache_key = (t, h, w)", "cache_key = (h, w)",
+          "the per-tower cache keyed by the image size only: a video (or another frame count) of a "
+          "size seen before gets the cached item's rows, window index and cu_seqlens"),
+    Plant("planted-qwen25-rope-cache-sliced-to-h", _TARGET, _OPT,
+          "self.rotary_pos_emb.get_cos_sin(max(h, w))", "self.rotary_pos_emb.get_cos_sin(h)",
+          "the rope cache sliced to the grid's height: a grid wider than tall indexes past the slice "
+          "(IndexError on CPU, a device assert on CUDA)"),
+    Plant("planted-qwen25-rope-window-index-unapplied-to-sin", _TARGET, _OPT,
+          "sin_thw = sin_thw[window_index_thw_dev, :, :]", "sin_thw = sin_thw[:, :, :]",
+          "sin left in raster order while cos is in window order (any grid with more than one window)"),
+]
+
+BENIGN = [
+    Plant("benign-qwen25-rope-pageable-window-index", _TARGET, _OPT,
+          "window_index_thw_dev = async_tensor_h2d(window_index_thw, cos_thw.device)",
+          "window_index_thw_dev = window_index_thw.to(cos_thw.device, non_blocking=True)",
+          "0.29.0's pageable non-blocking copy of the window index: the same values, only the copy's "
+          "asynchrony differs"),
+    Plant("benign-qwen25-rope-no-cache-hit", _TARGET, _OPT,
+          "if cache_key in self._rope_by_thw_cache:", "if False:",
+          "recomputing every call: the method is a function of (t, h, w), the cache only saves work"),
+]
