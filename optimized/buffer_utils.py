@@ -1,9 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Copied from vllm 0.34.0:
-vllm/v1/worker/gpu/buffer_utils.py :: StagedWriteTensor.apply_write, StagedWriteTensor.stage_write, StagedWriteTensor.__init__, StagedWriteTensor.stage_write_elem, StagedWriteTensor.clear_staged_writes, UvaBufferPool.__init__, UvaBufferPool.copy_to_uva, UvaBuffer.__init__, UvaBuffer.uva, NonUvaBuffer.__init__, NonUvaBuffer.uva, _num_write_chunks, _apply_write_kernel
-(definitions verbatim; a method with its class's own lines). Scaffolded by `python -m fuzz new-target`:
-every line that departs from upstream ends with `# ADAPTED: <why>` (docs/adding-a-target.md).
+"""Copied from vllm 0.34.0: vllm/v1/worker/gpu/buffer_utils.py :: UvaBuffer, NonUvaBuffer,
+UvaBufferPool.__init__ / copy_to_uva, UvaBufferPool._next_buf, UvaBufferPool.copy_chunks_to_uva, StagedWriteTensor._staged_chunks, StagedWriteTensor.__init__ / stage_write /
+stage_write_elem / apply_write / clear_staged_writes, _num_write_chunks, _apply_write_kernel, _load_ptr
+(definitions verbatim; scaffolded by `python -m fuzz new-target`). Helpers: TORCH_DTYPE_TO_ARRAY_TYPECODE from vllm/utils/torch_utils.py; register_inplace_h2d_target
+(vllm/v1/conf_compute_utils.py) stood in by a no-op, as upstream outside Confidential Computing.
+
+Stand-ins (each line marked ADAPTED): vllm's platform answers (``is_uva_available`` true, as on CUDA
+and on vllm's CPU platform; ``is_pin_memory_available`` = CUDA present; ``current_platform``), the
+logger, and ``get_accelerator_view_from_cpu_tensor`` (vllm's C++ UVA view): with pinned memory a CUDA
+tensor aliasing it through ``__cuda_array_interface__``, without CUDA the host tensor itself (the
+host is the device). ``_apply_write_kernel`` stays the @triton.jit kernel on CUDA; off CUDA
+``_Launcher`` runs the same body in Triton's interpreter, refusing a write outside the output first
+(raw host memory there). ``UvaBuffer`` pins only where this torch can.
 """
 
 import array
