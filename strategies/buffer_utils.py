@@ -90,7 +90,7 @@ def value_form(values: list, form: str, dtype: str, by_reference: bool) -> Any:
     if form == "tuple":
         return tuple(values)
     if form == "range":
-        return range(values[0], values[0] + len(values))
+        return range(values[0], values[0] + len(values)) if values else range(0)
     if form == "dict_keys":
         return dict.fromkeys(values, 0.0).keys()
     if form == "dict_values":
