@@ -24,9 +24,9 @@ import dataclasses
 import importlib
 import inspect
 import json
+import linecache
 import signal
 import statistics
-import linecache
 import sys
 from dataclasses import dataclass
 from pathlib import Path

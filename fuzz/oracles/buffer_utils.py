@@ -60,7 +60,8 @@ def _snapshots(spec: dict, output: Any) -> tuple[list[torch.Tensor], list[torch.
         return [], [], f"{len(got)} step snapshots for {len(want)} steps"
     for i, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
-            return [], [], f"after step {i} the tensor is {tuple(g.shape)} {g.dtype}, allocated {tuple(w.shape)} {w.dtype}"
+            return [], [], (f"after step {i} the tensor is {tuple(g.shape)} {g.dtype}, "
+                            f"allocated {tuple(w.shape)} {w.dtype}")
     return got, want, None
 
 
@@ -121,7 +122,8 @@ def copy_to_uva_returns_the_data(spec: dict, output: Any) -> str | None:
         if g.shape != w.shape or g.dtype != w.dtype:
             return f"call {i}: view is {tuple(g.shape)} {g.dtype}, expected {tuple(w.shape)} {w.dtype}"
         if not torch.equal(g, w):
-            return f"call {i}: the view does not hold x " + _first_difference(g, w, torch.ones_like(g, dtype=torch.bool))
+            everywhere = torch.ones_like(g, dtype=torch.bool)
+            return f"call {i}: the view does not hold x " + _first_difference(g, w, everywhere)
     return None
 
 

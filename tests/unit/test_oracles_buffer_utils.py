@@ -98,7 +98,8 @@ def test_writes_left_staged_are_flagged():
 def test_a_missing_or_misshapen_snapshot_is_flagged():
     spec = staged_spec()
     out = output(STAGED, spec)
-    assert "2 step snapshots for 3 steps" in oracles.apply_write_writes_what_was_staged(spec, {**out, "steps": out["steps"][:2]})
+    short = {**out, "steps": out["steps"][:2]}
+    assert "2 step snapshots for 3 steps" in oracles.apply_write_writes_what_was_staged(spec, short)
     wrong = {**out, "steps": [s.to(torch.int64) for s in out["steps"]]}
     assert "allocated" in oracles.apply_write_leaves_other_cells_alone(spec, wrong)
 
