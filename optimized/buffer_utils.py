@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Copied from vllm 0.34.0: vllm/v1/worker/gpu/buffer_utils.py :: UvaBuffer, NonUvaBuffer,
 UvaBufferPool.__init__ / copy_to_uva, UvaBufferPool._next_buf, UvaBufferPool.copy_chunks_to_uva, StagedWriteTensor._staged_chunks, StagedWriteTensor.__init__ / stage_write /
-stage_write_elem / apply_write / clear_staged_writes, _num_write_chunks, _apply_write_kernel, _load_ptr
+stage_write_elem / apply_write / clear_staged_writes, FusedStagedWriter, _num_write_chunks, _apply_write_kernel, _load_ptr
 (definitions verbatim; scaffolded by `python -m fuzz new-target`). Helpers: TORCH_DTYPE_TO_ARRAY_TYPECODE from vllm/utils/torch_utils.py; register_inplace_h2d_target
 (vllm/v1/conf_compute_utils.py) stood in by a no-op, as upstream outside Confidential Computing.
 
@@ -69,16 +69,26 @@ class _Launcher:  # ADAPTED: stands in for `kernel[grid](...)`: on CUDA the @tri
                 return self.kernel[grid](*args, **kwargs)  # ADAPTED: as upstream
             args = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]  # ADAPTED: all on the host
             _check_writes(grid, *args)  # ADAPTED: the interpreter writes raw host memory
-            return self.interpreted[grid](*args, **kwargs)  # ADAPTED: the kernel's body, interpreted
+            scope = self.kernel.fn.__globals__  # ADAPTED: the kernel's helper @triton.jit _load_ptr
+            jitted, scope["_load_ptr"] = scope["_load_ptr"], InterpretedFunction(scope["_load_ptr"].fn)  # ADAPTED: interpreted too
+            try:  # ADAPTED: (the interpreter cannot call a jitted function)
+                return self.interpreted[grid](*args, **kwargs)  # ADAPTED: the kernel's body, interpreted
+            finally:  # ADAPTED: the jitted helper back, for CUDA
+                scope["_load_ptr"] = jitted  # ADAPTED: as upstream
         return launch  # ADAPTED: the launcher
 
 
 def _check_writes(grid, out, stride, indices, starts, contents, cu_lens, group_ids):  # ADAPTED: refuse a write outside `out`
     ends = cu_lens[: grid[0]].tolist()  # ADAPTED: on CUDA such a write is a stray write or an illegal access;
-    for pid, (row, start, end) in enumerate(zip(indices.tolist(), starts.tolist(), ends)):  # ADAPTED: under the
-        begin = ends[pid - 1] if pid > 0 else 0  # ADAPTED: interpreter it would corrupt this process' memory
-        first = row * stride + start  # ADAPTED: the first element the program writes (MULTI_GROUP=False)
-        if group_ids is not None or first < 0 or first + end - begin > out.numel() or not 0 <= begin <= end <= contents.numel():  # ADAPTED
+    groups = group_ids.tolist() if group_ids is not None else [None] * len(ends)  # ADAPTED: under the interpreter
+    for pid, (row, start, end, group) in enumerate(zip(indices.tolist(), starts.tolist(), ends, groups)):  # ADAPTED:
+        begin = ends[pid - 1] if pid > 0 else 0  # ADAPTED: it would corrupt this process' memory
+        if group is None:  # ADAPTED: one output: the whole write inside it
+            first = row * stride + start  # ADAPTED: the first element the program writes
+            inside = first >= 0 and first + end - begin <= out.numel()  # ADAPTED: (rows of a MULTI_GROUP
+        else:  # ADAPTED: output are bounded by their row stride only: its row count is not passed)
+            inside = 0 <= group < out.numel() and row >= 0 and 0 <= start and start + end - begin <= stride[group].item()  # ADAPTED
+        if not inside or not 0 <= begin <= end <= contents.numel():  # ADAPTED: contents read past their end
             raise IndexError(f"write {pid} (row {row}, start {start}, contents [{begin}:{end}]) outside the buffers")  # ADAPTED
 
 
@@ -341,6 +351,74 @@ class StagedWriteTensor:
         if not self._staged_write_contents:
             return self._staged_write_chunks
         return [*self._staged_write_chunks, self._staged_write_contents]
+
+
+class FusedStagedWriter:
+    """Applies the staged writes of several `StagedWriteTensor`s at once."""
+
+    def __init__(
+        self, device: torch.device, max_writes: int, max_concurrency: int | None = None
+    ):
+        new_pool = partial(
+            UvaBufferPool, dtype=torch.int32, max_concurrency=max_concurrency
+        )
+        self.group_ids = new_pool(max_writes)
+        self.indices = new_pool(max_writes)
+        self.starts = new_pool(max_writes)
+        self.cu_lens = new_pool(max_writes)
+        self.contents = new_pool(1)
+        self.device = device
+
+    def apply(
+        self,
+        tensors: Sequence[StagedWriteTensor],
+        output_ptrs: torch.Tensor,
+        output_strides: torch.Tensor,
+    ) -> None:
+        """Apply and clear the staged writes of `tensors` with one kernel."""
+        group_ids: list[int] = []
+        indices: list[int] = []
+        starts: list[int] = []
+        contents: list[_Chunk] = []
+        cu_lens: list[int] = []
+        max_len = 0
+        content_base = 0
+
+        for group_id, t in enumerate(tensors):
+            n = len(t._staged_write_indices)
+            if n == 0:
+                continue
+
+            group_ids.extend([group_id] * n)
+            indices.extend(t._staged_write_indices)
+            starts.extend(t._staged_write_starts)
+            contents.extend(t._staged_chunks())
+            cu_lens.extend(content_base + cu_len for cu_len in t._staged_write_cu_lens)
+            content_base += t._staged_write_len
+            max_len = max(max_len, t._staged_write_max_len)
+
+        if not group_ids:
+            return
+
+        group_ids_uva = self.group_ids.copy_to_uva(group_ids)
+        indices_uva = self.indices.copy_to_uva(indices)
+        starts_uva = self.starts.copy_to_uva(starts)
+        cu_lens_uva = self.cu_lens.copy_to_uva(cu_lens)
+        contents_uva = self.contents.copy_chunks_to_uva(contents, content_base)
+
+        _apply_write_kernel[(len(group_ids), _num_write_chunks(max_len))](
+            output_ptrs,
+            output_strides,
+            indices_uva,
+            starts_uva,
+            contents_uva,
+            cu_lens_uva,
+            group_ids_uva,
+            BLOCK_SIZE=_WRITE_BLOCK_SIZE,
+            MULTI_GROUP=True,
+        )
+        for t in tensors:
+            t.clear_staged_writes()
 
 
 def _num_write_chunks(max_len: int) -> int:

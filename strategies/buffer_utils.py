@@ -328,3 +328,77 @@ class PoolInputs:
             return {"returned": returned, "live": [v.clone() for v in views[-depth:]]}
 
         return call
+
+
+# ---- fused-staged-writer-apply ---------------------------------------------------------------
+
+FUSED_FORMS_CALLER = ("list",)  # block_table.py:append_block_ids: block_ids (or [0] * len) lists
+FUSED_FORMS_WIDE = ("list", "tuple", "range", "array")
+
+
+@st.composite
+def _fused_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+    """BlockTables with 2-3 KV cache groups (block_table.py: the fused writer exists only then), each
+    an int32 StagedWriteTensor (max_num_reqs, max_num_blocks of the group); per step, each group's
+    writes go to distinct requests, ``start`` the blocks the row holds so far (any, on overwrite 0),
+    ending within the row (append_block_ids raises before an overflowing write)."""
+    forms = FUSED_FORMS_WIDE if contract == "wide" else FUSED_FORMS_CALLER
+    rows = draw(ROWS)
+    cols = [draw(COLS) for _ in range(draw(st.integers(2, 3)))]
+    steps = []
+    for _ in range(draw(st.integers(1, 3))):
+        writes = []
+        for group, width in enumerate(cols):
+            for row in draw(st.permutations(range(rows)))[: draw(st.integers(0, min(rows, 3)))]:
+                start = draw(st.integers(0, width - 1))
+                writes.append({"group": group, "index": row, "start": start, "form": draw(choice_of(forms)),
+                               "len": draw(_lengths(width - start)), "seed": draw(SEEDS)})
+        steps.append(writes)
+    return {"device": draw(devices(available)), "rows": rows, "cols": cols, "steps": steps}
+
+
+def group_spec(spec: dict, group: int) -> dict:
+    """One group's table as a staged-write spec (int32, its writes of each step), for the oracles."""
+    return {"device": spec["device"], "dtype": "int32", "rows": spec["rows"], "cols": spec["cols"][group],
+            "steps": [[{**w, "op": "write"} for w in step if w["group"] == group] for step in spec["steps"]]}
+
+
+class FusedInputs:
+    """The side's ``FusedStagedWriter(device, num_groups * max_num_reqs)`` and one ``StagedWriteTensor``
+    per group (block_table.py:BlockTables.__init__), the pointer and stride tensors made as
+    ``init_block_table_layout_tensors`` makes them; each step stages the writes (append_block_ids)
+    then calls ``apply(block_tables, block_table_ptrs, block_table_strides)`` (apply_staged_writes).
+    The thunk returns ``{"steps": [[each group's table] after each step], "gpu": [the tables at the
+    end], "pending": writes still staged over all groups}``."""
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _fused_specs(available, contract)
+
+    def runs_on(self, spec: dict, device: str) -> bool:
+        return device == "cuda" or not torch.cuda.is_available()
+
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        device = torch.device(spec["device"])
+        tensors = [impl.module.StagedWriteTensor((spec["rows"], width), dtype=torch.int32, device=device)
+                   for width in spec["cols"]]
+        writer = impl.owner(device, len(tensors) * spec["rows"])
+        ptrs = torch.tensor([t.gpu.data_ptr() for t in tensors], dtype=torch.uint64, device=device)
+        strides = torch.tensor([t.gpu.stride(0) for t in tensors], dtype=torch.int64, device=device)
+        steps = [[(w["group"], w["index"], w["start"],
+                   value_form(staged_values("int32", w["form"], w["len"], w["seed"]), w["form"], "int32", False))
+                  for w in writes] for writes in spec["steps"]]
+        apply = impl.function
+
+        def call() -> dict[str, Any]:
+            snapshots = []
+            for i, writes in enumerate(steps):
+                if i:
+                    engine_wait(spec["device"])
+                for group, index, start, values in writes:
+                    tensors[group].stage_write(index, start, values)
+                apply(writer, tensors, ptrs, strides)
+                snapshots.append([t.gpu.clone() for t in tensors])
+            return {"steps": snapshots, "gpu": [t.gpu for t in tensors],
+                    "pending": sum(len(t._staged_write_indices) for t in tensors)}
+
+        return call

@@ -77,4 +77,28 @@ TARGETS = [
             "fuzz.oracles.buffer_utils:views_survive_until_their_slot_returns",
         ),
     ),
+    Target(
+        name="fused-staged-writer-apply",
+        upstream=(
+            f"{_B}::FusedStagedWriter.apply",
+            f"{_B}::UvaBufferPool.copy_chunks_to_uva",
+        ),
+        legacy="legacy.buffer_utils:FusedStagedWriter.apply",
+        optimized="optimized.buffer_utils:FusedStagedWriter.apply",
+        upstream_impl="vllm.v1.worker.gpu.buffer_utils:FusedStagedWriter.apply",
+        inputs="strategies.buffer_utils:FusedInputs",
+        comparison=Comparison(floats="exact"),
+        # By design none: group ids, indices, starts, cu_lens and (0.34.0) the contents through UVA
+        # pool slots, 0.33.0's contents through a pinned non_blocking copy; one kernel launch.
+        # To be confirmed on CUDA (lab/gpu-runs/).
+        expected_optimized_syncs=0,
+        versions=VERSIONS,
+        description="0.34.0: FusedStagedWriter (multi-group block tables) concatenates the groups' staged "
+                    "chunks into a round-robin UVA pool slot instead of async_tensor_h2d (0.33.0 -> 0.34.0)",
+        invariants=(
+            "fuzz.oracles.buffer_utils:fused_apply_writes_what_was_staged",
+            "fuzz.oracles.buffer_utils:fused_apply_leaves_other_cells_alone",
+            "fuzz.oracles.buffer_utils:fused_apply_clears_the_stage",
+        ),
+    ),
 ]

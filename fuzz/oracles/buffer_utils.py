@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from strategies.buffer_utils import DTYPES, expected_steps, max_concurrency_of, pool_values
+from strategies.buffer_utils import DTYPES, expected_steps, group_spec, max_concurrency_of, pool_values
 
 
 def _tensors(output: Any, key: str) -> tuple[list[torch.Tensor], str | None]:
@@ -141,3 +141,37 @@ def views_survive_until_their_slot_returns(spec: dict, output: Any) -> str | Non
         if g.shape != w.shape or not torch.equal(g, w.to(g.dtype)):
             return f"the view returned {back} call(s) before the last was overwritten by a later call"
     return None
+
+
+# ---- FusedStagedWriter.apply: "Apply and clear the staged writes of `tensors` with one kernel." -----
+# The same promises as each tensor's own apply_write, per KV cache group: checked group by group.
+
+
+def _per_group(spec: dict, output: Any, invariant: Any) -> str | None:
+    if not isinstance(output, dict) or not {"steps", "gpu", "pending"} <= set(output):
+        return f"output is {type(output).__name__} without steps/gpu/pending"
+    groups = len(spec["cols"])
+    if any(not isinstance(s, list) or len(s) != groups for s in output["steps"]) or len(output["gpu"]) != groups:
+        return f"the output does not hold {groups} group tables per step"
+    for group in range(groups):
+        view = {"steps": [s[group] for s in output["steps"]], "gpu": output["gpu"][group],
+                "pending": output["pending"]}
+        problem = invariant(group_spec(spec, group), view)
+        if problem:
+            return f"group {group}: {problem}"
+    return None
+
+
+def fused_apply_writes_what_was_staged(spec: dict, output: Any) -> str | None:
+    """After each step's ``apply``, every cell a write staged in a group's tensor holds its value."""
+    return _per_group(spec, output, apply_write_writes_what_was_staged)
+
+
+def fused_apply_leaves_other_cells_alone(spec: dict, output: Any) -> str | None:
+    """A cell of any group no write of the step names keeps its value (another group's write included)."""
+    return _per_group(spec, output, apply_write_leaves_other_cells_alone)
+
+
+def fused_apply_clears_the_stage(spec: dict, output: Any) -> str | None:
+    """After ``apply`` no tensor has writes staged ("Apply and clear")."""
+    return _per_group(spec, output, apply_write_clears_the_stage)

@@ -1,11 +1,12 @@
 """Planted bugs and benign refactors for the staging-buffer targets (optimized/buffer_utils.py, vllm 0.34.0):
-staged-write-tensor-apply-write and uva-buffer-pool-copy-to-uva."""
+staged-write-tensor-apply-write, uva-buffer-pool-copy-to-uva and fused-staged-writer-apply."""
 
 from tests.planted.plant import Plant
 
 _OPT = "optimized.buffer_utils"
 _STAGED = "staged-write-tensor-apply-write"
 _POOL = "uva-buffer-pool-copy-to-uva"
+_FUSED = "fused-staged-writer-apply"
 
 BUGS = [
     Plant("planted-staged-write-dropped-list-chunk", _STAGED, _OPT,
@@ -28,6 +29,14 @@ BUGS = [
     Plant("planted-pool-grow-off-by-one", _POOL, _OPT,
           "if n > buf.cpu.shape[0]:", "if n > buf.cpu.shape[0] + 1:",
           "off by one: a slot one row too small is not grown, and the copy into it fails"),
+    Plant("planted-fused-content-base-not-advanced", _FUSED, _OPT,
+          "            content_base += t._staged_write_len\n", "",
+          "wrong offset: every group's cu_lens count from 0, so the second group's writes read the "
+          "first group's contents"),
+    Plant("planted-fused-drops-list-contents", _FUSED, _OPT,
+          "contents.extend(t._staged_chunks())", "contents.extend(t._staged_write_chunks)",
+          "a dropped write: only the by-reference chunks are uploaded, the values staged from lists "
+          "(every block_table.py write) are lost"),
 ]
 
 BENIGN = [
@@ -37,4 +46,7 @@ BENIGN = [
     Plant("benign-pool-grow-larger", _POOL, _OPT,
           "capacity = 1 << (n - 1).bit_length()", "capacity = 1 << n.bit_length()",
           "a grown slot one power of two larger still holds n rows; views are sliced to n"),
+    Plant("benign-fused-group-ids-generator", _FUSED, _OPT,
+          "group_ids.extend([group_id] * n)", "group_ids.extend(group_id for _ in range(n))",
+          "the same n group ids, from a generator instead of a list"),
 ]
