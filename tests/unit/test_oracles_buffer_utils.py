@@ -10,11 +10,14 @@ import fuzz.oracles.buffer_utils as oracles
 from fuzz.execute import run_side
 from fuzz.targets import lookup
 
-STAGED, POOL = lookup(["staged-write-tensor-apply-write", "uva-buffer-pool-copy-to-uva"])
+STAGED, POOL, FUSED = lookup(["staged-write-tensor-apply-write", "uva-buffer-pool-copy-to-uva",
+                              "fused-staged-writer-apply"])
 SIDES = ("legacy", "optimized")
 
 STAGED_INVARIANTS = (oracles.apply_write_writes_what_was_staged, oracles.apply_write_leaves_other_cells_alone,
                      oracles.apply_write_clears_the_stage)
+FUSED_INVARIANTS = (oracles.fused_apply_writes_what_was_staged, oracles.fused_apply_leaves_other_cells_alone,
+                    oracles.fused_apply_clears_the_stage)
 POOL_INVARIANTS = (oracles.copy_to_uva_returns_the_data, oracles.views_survive_until_their_slot_returns)
 
 
@@ -131,3 +134,34 @@ def test_a_view_overwritten_before_its_slot_returns_is_flagged():
         oracles.views_survive_until_their_slot_returns(spec, {**out, "live": live})
     assert "1 live views for the last 2 calls" in \
         oracles.views_survive_until_their_slot_returns(spec, {**out, "live": out["live"][:1]})
+
+
+def fused_spec() -> dict:
+    """Two KV cache groups of 3 requests (block_table.py), two steps: appends at a row's end and an overwrite."""
+    return {"device": "cpu", "rows": 3, "cols": [5, 8], "steps": [
+        [{"group": 0, "index": 2, "start": 0, "form": "list", "len": 3, "seed": 1},
+         {"group": 1, "index": 2, "start": 0, "form": "list", "len": 6, "seed": 2},
+         {"group": 1, "index": 0, "start": 1, "form": "list", "len": 2, "seed": 3}],
+        [{"group": 0, "index": 2, "start": 3, "form": "list", "len": 2, "seed": 4},
+         {"group": 1, "index": 1, "start": 0, "form": "list", "len": 0, "seed": 5}],
+    ]}
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_fused_invariants_hold_on_both_copies(side):
+    spec = fused_spec()
+    out = output(FUSED, spec, side)
+    for invariant in FUSED_INVARIANTS:
+        assert invariant(spec, out) is None, invariant.__name__
+
+
+def test_fused_breaks_are_flagged_per_group():
+    spec = fused_spec()
+    out = output(FUSED, spec)
+    out["steps"][0][1][0, 2] += 1  # group 1, row 0, a staged cell of step 0
+    assert "group 1: step 0: a staged cell" in oracles.fused_apply_writes_what_was_staged(spec, out)
+    out = output(FUSED, spec)
+    out["steps"][1][0][0, 0] = 7  # group 0, row 0: no write of step 1 names it
+    assert "group 0: step 1: a cell no write named changed" in oracles.fused_apply_leaves_other_cells_alone(spec, out)
+    assert "1 writes still staged" in oracles.fused_apply_clears_the_stage(spec, {**out, "pending": 1})
+    assert "2 group tables" in oracles.fused_apply_clears_the_stage(spec, {**out, "gpu": out["gpu"][:1]})
