@@ -354,7 +354,8 @@ def _fused_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> di
                 writes.append({"group": group, "index": row, "start": start, "form": draw(choice_of(forms)),
                                "len": draw(_lengths(width - start)), "seed": draw(SEEDS)})
         steps.append(writes)
-    return {"device": draw(devices(available)), "rows": rows, "cols": cols, "steps": steps}
+    return {"device": draw(devices(available)), "rows": rows, "cols": cols, "uva": draw(st.booleans()),
+            "steps": steps}
 
 
 def group_spec(spec: dict, group: int) -> dict:
@@ -379,9 +380,10 @@ class FusedInputs:
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         device = torch.device(spec["device"])
-        tensors = [impl.module.StagedWriteTensor((spec["rows"], width), dtype=torch.int32, device=device)
-                   for width in spec["cols"]]
-        writer = impl.owner(device, len(tensors) * spec["rows"])
+        with platform(impl.module, spec["uva"]):
+            tensors = [impl.module.StagedWriteTensor((spec["rows"], width), dtype=torch.int32, device=device)
+                       for width in spec["cols"]]
+            writer = impl.owner(device, len(tensors) * spec["rows"])
         ptrs = torch.tensor([t.gpu.data_ptr() for t in tensors], dtype=torch.uint64, device=device)
         strides = torch.tensor([t.gpu.stride(0) for t in tensors], dtype=torch.int64, device=device)
         steps = [[(w["group"], w["index"], w["start"],

@@ -138,7 +138,7 @@ def test_a_view_overwritten_before_its_slot_returns_is_flagged():
 
 def fused_spec() -> dict:
     """Two KV cache groups of 3 requests (block_table.py), two steps: appends at a row's end and an overwrite."""
-    return {"device": "cpu", "rows": 3, "cols": [5, 8], "steps": [
+    return {"device": "cpu", "rows": 3, "cols": [5, 8], "uva": False, "steps": [
         [{"group": 0, "index": 2, "start": 0, "form": "list", "len": 3, "seed": 1},
          {"group": 1, "index": 2, "start": 0, "form": "list", "len": 6, "seed": 2},
          {"group": 1, "index": 0, "start": 1, "form": "list", "len": 2, "seed": 3}],
