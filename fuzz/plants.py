@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import linecache
 import sys
 from types import ModuleType
 
@@ -34,7 +35,10 @@ def mutant_module(base: str, name: str, old: str, new: str) -> ModuleType:
     module = ModuleType(name)
     module.__file__ = f"<mutant of {base}: {old!r} -> {new!r}>"
     sys.modules[name] = module
-    exec(compile(source.replace(old, new), module.__file__, "exec"), module.__dict__)
+    mutated = source.replace(old, new)
+    # As fuzz/releases/sides.py does: tracebacks, and inspect.getsource (which @triton.jit needs).
+    linecache.cache[module.__file__] = (len(mutated), None, mutated.splitlines(keepends=True), module.__file__)
+    exec(compile(mutated, module.__file__, "exec"), module.__dict__)
     return module
 
 

@@ -24,6 +24,7 @@ import dataclasses
 import importlib
 import inspect
 import json
+import linecache
 import signal
 import statistics
 import sys
@@ -156,6 +157,8 @@ def _register(name: str, source: str) -> ModuleType:
     module = ModuleType(name)
     module.__file__ = f"<selftest mutant {name}>"
     sys.modules[name] = module
+    # As fuzz/releases/sides.py does: tracebacks, and inspect.getsource (which @triton.jit needs).
+    linecache.cache[module.__file__] = (len(source), None, source.splitlines(keepends=True), module.__file__)
     exec(compile(source, module.__file__, "exec"), module.__dict__)
     return module
 
