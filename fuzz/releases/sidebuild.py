@@ -295,12 +295,22 @@ class _Puller:
 STAND_IN_RE = re.compile(r"#\s*ADAPTED:\s*stands in for vllm's (\w+)\(\)")
 
 
-def stand_ins(template: str) -> dict[str, tuple[str, str]]:
+def stand_ins(template: str, module: str | None = None) -> dict[str, tuple[str, str]]:
     """vllm function -> (template module, its stand-in): the functions whose ADAPTED
     header says ``stands in for vllm's NAME()`` (``pin_memory_available`` for
-    ``is_pin_memory_available``), so new upstream text calling NAME gets the stand-in."""
+    ``is_pin_memory_available``), so new upstream text calling NAME gets the stand-in.
+
+    When several modules stand in for one name, ``module``'s own (the copy being rebuilt) wins, then the
+    shared helper modules' (copies no target names, e.g. ``torch_utils``), then the other targets' copies:
+    a target of another pair keeps its stand-ins to itself (docs/adding-a-target.md, step 1)."""
+    from fuzz.targets import catalog_targets
+
+    targeted = {getattr(t, side).partition(":")[0].rpartition(".")[2] for t in catalog_targets()
+                for side in ("legacy", "optimized")}
+    paths = sorted((PROJECT_ROOT / template).glob("*.py"),
+                   key=lambda path: (path.stem != module, path.stem in targeted, path.stem))
     found: dict[str, tuple[str, str]] = {}
-    for path in sorted((PROJECT_ROOT / template).glob("*.py")):
+    for path in paths:
         if path.stem == "__init__":
             continue
         text = path.read_text(encoding="utf-8")
@@ -408,7 +418,7 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
     for first, end, merged, _, _ in sorted(replacements, reverse=True):
         lines[first - 1:end] = merged
     puller = _Puller(new_files, _bound_at_module_level(ast.parse("\n".join(lines))),
-                     helper_modules(template, skip=name), stand_ins(template), package, name,
+                     helper_modules(template, skip=name), stand_ins(template, name), package, name,
                      moved_modules(new, paths))
     late: dict[str, str] = {}
     for _, _, merged, path, qualname in replacements:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fuzz.api import Impl
-from fuzz.oracles import gdn_attn as oracles
+from strategies.gdn_attn import oracles as oracles
 from strategies.gdn_attn.inputs import CaptureInputs
 
 _SPEC = {"device": "cpu", "num_spec": 2, "max_num_seqs": 4, "capture_size": None, "num_tokens": 7, "pad_reqs": 2,

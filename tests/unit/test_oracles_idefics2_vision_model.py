@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz.engine.execute import run_side
-from fuzz.oracles import idefics2_vision_model as I2
+from strategies.idefics2_vision_model import oracles as I2
 from fuzz.targets import lookup, resolve_object
 
 NAME = "idefics2-position-ids"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fuzz.oracles import mm_encoder_attention as oracles
+from strategies.mm_encoder_attention import oracles as oracles
 from strategies.mm_encoder_attention.inputs import cu_seqlens_of
 
 _SPEC = {"device": "cpu", "backend": "FLASHINFER", "lengths": [3, 5, 2], "pad": 2, "start": 0, "empty": False,

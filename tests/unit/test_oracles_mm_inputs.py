@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fuzz.oracles import mm_inputs as oracles
+from strategies.mm_inputs import oracles as oracles
 from strategies.mm_inputs.inputs import item_sources
 
 _BATCHED = {"device": "cpu", "field": "batched", "form": "rows", "placement": "runner", "elems_on": "host",

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz.engine.execute import run_side
-from fuzz.oracles import qwen2_5_vl as Q25
+from strategies.qwen2_5_vl import oracles as Q25
 from fuzz.targets import resolve_object
 from tests.unit.test_oracles_qwen2_vl import output, replaced, target
 

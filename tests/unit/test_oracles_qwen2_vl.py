@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz.engine.execute import run_side
-from fuzz.oracles import qwen2_vl as Q2
+from strategies.qwen2_vl import oracles as Q2
 from fuzz.targets import lookup, resolve_object
 
 ROT = "qwen2-vl-rot-pos-emb"
