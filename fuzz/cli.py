@@ -21,16 +21,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
+from fuzz import commands as api
 from fuzz.commands.corpusmerge import add_parser as add_corpus_merge_parser
-from fuzz.commands.corpusmerge import cmd_corpus_merge
-from fuzz.commands.coverage import add_parser as add_coverage_parser
-from fuzz.commands.coverage import cmd_coverage
-from fuzz.commands.replay import add_parser as add_replay_parser
-from fuzz.commands.replay import cmd_replay
-from fuzz.config import RunConfig
+from fuzz.commands.coverage_cmd import add_parser as add_coverage_parser
+from fuzz.commands.replay_cmd import add_parser as add_replay_parser
+from fuzz.config import DEFAULT_MAX_EXAMPLES, PROFILES, RunConfig, apply_profile
 from fuzz.engine import journals
 from fuzz.errors import FuzzError, HarnessError, UsageError
-from fuzz.records.model import EXIT_FAILURE, EXIT_FUZZER_BUG, EXIT_OK, EXIT_USAGE
+from fuzz.records.model import EXIT_FUZZER_BUG, EXIT_OK, EXIT_USAGE
 from fuzz.releases import (
     add_new_target_parser,
     add_provenance_parser,
@@ -42,22 +40,17 @@ from fuzz.releases import (
 from fuzz.reports.preflight import (
     check_environment,
     check_no_collisions,
-    check_output,
     check_outputs,
-    check_overwrite,
 )
-from fuzz.reports.report import closing_line
 from fuzz.reports.trend import add_parser as add_trend_parser
-from fuzz.reports.trend import cmd_trend
 from fuzz.run.limits import MIN_EXAMPLE_TIMEOUT, check_workers
-from fuzz.run.session import markdown_images, write_outputs
+from fuzz.run.session import markdown_images
 from fuzz.targets import CONTRACTS
 
 EXIT_CODES_HELP = ("exit codes: 0 no failure, 1 a failing verdict (or a replayed failure still fails), "
                    "2 usage or input error (one line naming the problem and the fix), "
                    "3 incomplete: no failure found, but some target x device ran no example, "
                    "4 a fuzzer bug (please report it)")
-DEFAULT_MAX_EXAMPLES = 200
 DEFAULT_CORPUS = "fuzz-corpus"
 
 
@@ -252,20 +245,33 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-PROFILES = {
-    # Deterministic and bounded: the same examples on every machine, minutes on a laptop.
-    "premerge": {"seed": 0, "max_examples": 100, "coverage": "with-sources"},
-    # Time-boxed; a new seed each day (recorded) so nights explore new ground, while
-    # the corpus' example database retries yesterday's failures first.
-    "nightly": {"budget": 3600.0, "seed": "daily", "coverage": True},
-}
+# Each command: its arguments, parsed, handed to its function of the Python API (fuzz/commands/__init__.py).
+def cmd_replay(args: argparse.Namespace) -> int:
+    return api.replay(args.file, device=args.device, strict=args.strict, known_issues=args.known_issues)
 
 
-def _cmd_coverage(args: argparse.Namespace) -> int:
-    """``fuzz coverage``; with ``--changes`` it prints each untaken changed line's text from the side's source."""
-    from fuzz.reach.changes import open_side_source
+def cmd_coverage(args: argparse.Namespace) -> int:
+    return api.coverage(args.report, targets=args.target, device=args.device, side=args.side, show_all=args.all,
+                        changes=args.changes)
 
-    return cmd_coverage(args, open_side_source)
+
+def cmd_trend(args: argparse.Namespace) -> int:
+    return api.trend(args.reports, markdown=args.markdown, html=args.html, threshold=args.threshold)
+
+
+def cmd_corpus_merge(args: argparse.Namespace) -> int:
+    return api.corpus_merge(args.out, args.inputs)
+
+
+def cmd_merge_reports(args: argparse.Namespace) -> int:
+    return api.merge_reports(args.inputs, output=args.output, markdown=args.markdown, junit=args.junit,
+                             html=args.html)
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    return api.selftest(args.target, device=args.device, seed=args.seed, max_examples=args.max_examples,
+                        contract=args.contract, limit=args.limit, shared=args.shared, json=args.json,
+                        min_kill_rate=args.min_kill_rate)
 
 
 def _require_changes(value: str) -> bool | str:
@@ -278,23 +284,12 @@ def _require_changes(value: str) -> bool | str:
 
 
 def _apply_profile(args: argparse.Namespace) -> None:
-    profile = PROFILES.get(args.profile or "", {})
-    if args.seed is None and "seed" in profile:
-        seed = profile["seed"]
-        args.seed = int(datetime.now(timezone.utc).strftime("%Y%m%d")) if seed == "daily" else seed
-    if args.max_examples is None and args.budget is None:
-        args.max_examples = profile.get("max_examples")
-        args.budget = profile.get("budget")
-    if args.max_examples is None and args.budget is None:
-        args.max_examples = DEFAULT_MAX_EXAMPLES
-    if args.coverage is None:
-        # The profiles' coverage (docs/reach.md, lab/benchmarks/history.md "reach"): nightly always (its shape costs
-        # +14% median on the H200); premerge when a side comes from a source, whose question includes what
-        # the change left unfuzzed (copy-vs-copy premerge costs +23%, over the 15% bar: --coverage asks).
-        wanted = profile.get("coverage", False)
-        if wanted == "with-sources":
-            wanted = args.legacy != "copy" or args.optimized != "copy"
-        args.coverage = bool(wanted) or bool(args.require_changes_covered)
+    """The profile's seed, examples, budget and coverage where the flags left them open (fuzz.config)."""
+    settings = apply_profile(args.profile, seed=args.seed, max_examples=args.max_examples, budget=args.budget,
+                             coverage=args.coverage, legacy=args.legacy, optimized=args.optimized,
+                             require_changes_covered=args.require_changes_covered)
+    args.seed, args.max_examples, args.budget, args.coverage = (settings.seed, settings.max_examples,
+                                                                settings.budget, settings.coverage)
 
 
 def _validate_run(args: argparse.Namespace) -> None:
@@ -391,72 +386,6 @@ HTML_HELP = ("write the report as one self-contained HTML page here (summary, ch
              "and SVG, opens offline)")
 
 
-def _to_kill(examples: dict | None) -> str:
-    return "-" if examples is None else f"{examples['median']:g}/{examples['max']}"
-
-
-def cmd_selftest(args: argparse.Namespace) -> int:
-    from fuzz.engine.devices import resolve_devices
-    from fuzz.reports.outputs import write_json
-    from fuzz.run.selftest import load_equivalents, selftest_target
-    from fuzz.targets import lookup
-
-    targets = lookup(args.target)
-    json_out = check_output("--json", args.json) if args.json is not None else None
-    if json_out is not None:
-        from fuzz.run.selftest import EQUIVALENT_FILE
-
-        check_overwrite("--json", json_out, "selftest")
-        check_no_collisions({"--json": json_out}, {"the equivalents list": EQUIVALENT_FILE})
-    options = RunConfig(devices=resolve_devices(args.device), seed=args.seed, max_examples=args.max_examples,
-                        contract=args.contract, isolated=False)
-    equivalents = load_equivalents()
-    results = []
-    if args.shared:
-        print("each mutant replaces both copies: only the targets' invariants and references can kill it")
-    print(f"{'target':34} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9} "
-          f"{'examples to kill (median/max)':>29}  killed by")
-    for target in targets:
-        result = selftest_target(target, options, equivalents, args.limit, shared=args.shared)
-        results.append(result)
-        by = ", ".join(f"{oracle} {n}" for oracle, n in result["killed_by"].items()) or "-"
-        print(f"{target.name:34} {result['mutants']:7} {result['killed']:6} {len(result['equivalent']):6} "
-              f"{len(result['survived']):8} {result['kill_rate']:9.1%} {_to_kill(result['examples_to_kill']):>29}"
-              f"  {by}", flush=True)
-        for survivor in result["survived"]:
-            print(f"    survived {survivor['mutant']}: {survivor['code']}")
-    if json_out:
-        write_json(json_out, {"devices": list(options.devices), "max_examples": args.max_examples,
-                              "shared": args.shared, "results": results})
-    low = [r for r in results if args.min_kill_rate is not None and r["kill_rate"] < args.min_kill_rate]
-    for result in low:
-        print(f"KILL RATE BELOW {args.min_kill_rate:g}: {result['target']} {result['kill_rate']:.1%}")
-    return EXIT_FAILURE if low else EXIT_OK
-
-
-def cmd_merge_reports(args: argparse.Namespace) -> int:
-    from fuzz.reports.merge import incomplete_note, merge_reports, read_report
-    from fuzz.reports.report import report_notes, summary_table
-
-    outputs = check_outputs({"report": args.output, "markdown": args.markdown, "junit": args.junit,
-                             "html": args.html}, labels={"report": "OUT"})
-    check_no_collisions({**{"OUT" if name == "report" else f"--{name}": path for name, path in outputs.items()},
-                         **markdown_images(outputs)}, {"IN": [Path(name) for name in args.inputs]})
-    # Every refusal (unreadable, overlapping, another run's) is raised here, before anything is written.
-    merged = merge_reports([(name, read_report(name)) for name in args.inputs])
-    print(summary_table(merged.targets))
-    for line in report_notes(merged):
-        print(line)
-    note = incomplete_note(merged)
-    if note:
-        print(note, file=sys.stderr)
-    where_asked = write_outputs(merged, outputs)
-    print(closing_line(merged))
-    if not where_asked:
-        return merged.exit_code() if merged.exit_code() != EXIT_OK else EXIT_USAGE
-    return merged.exit_code()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:  # the console script: python -m fuzz did this before its imports
         from fuzz.run.interrupts import hold_early_signals
@@ -470,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "trend": cmd_trend,
                     "selftest": cmd_selftest, "provenance": cmd_provenance,
                     "sources": cmd_sources, "new-target": cmd_new_target,
-                    "coverage": _cmd_coverage}
+                    "coverage": cmd_coverage}
         return commands[args.command](args)
     except HarnessError as exc:
         print(f"fuzz: internal error (a fuzzer bug, please report it): {exc}", file=sys.stderr)

@@ -22,6 +22,7 @@ import types
 import typing
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from fuzz.errors import UsageError
@@ -182,3 +183,53 @@ def reach_core(environ: Mapping[str, str] | None = None) -> str:
     # sysmon by default only where it was checked against coverage.py's tracer, arc for arc (3.12: the
     # H200 host's Python and tests/unit/test_reach_monitor.py); other versions ask for it by name.
     return asked or ("sysmon" if sys.version_info[:2] == (3, 12) else "ctrace")
+
+
+DEFAULT_MAX_EXAMPLES = 200
+"""Examples per target when neither the run nor its profile says (``fuzz run`` without --budget)."""
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # Deterministic and bounded: the same examples on every machine, minutes on a laptop.
+    "premerge": {"seed": 0, "max_examples": 100, "coverage": "with-sources"},
+    # Time-boxed; a new seed each day (recorded) so nights explore new ground, while
+    # the corpus' example database retries yesterday's failures first.
+    "nightly": {"budget": 3600.0, "seed": "daily", "coverage": True},
+}
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """What a profile decides of a run that the run left open (``fuzz run --profile``)."""
+
+    seed: int | None
+    max_examples: int | None
+    budget: float | None
+    coverage: bool
+
+
+def apply_profile(profile: str | None, *, seed: int | None = None, max_examples: int | None = None,
+                  budget: float | None = None, coverage: bool | None = None, legacy: str = "copy",
+                  optimized: str = "copy", require_changes_covered: bool | str = False,
+                  today: str | None = None) -> ProfileSettings:
+    """A run's seed, examples, budget and coverage with ``profile`` (``premerge``, ``nightly`` or None) filling
+    in what it did not give: what ``fuzz run --profile`` does, for the Python API too. ``today``
+    (``YYYYMMDD``, default the UTC date) is the nightly's seed."""
+    if profile is not None and profile not in PROFILES:
+        raise UsageError(f"profile {profile!r} is not one of {', '.join(PROFILES)}")
+    settings = PROFILES.get(profile or "", {})
+    if seed is None and "seed" in settings:
+        daily = int(today or datetime.now(timezone.utc).strftime("%Y%m%d"))
+        seed = daily if settings["seed"] == "daily" else settings["seed"]
+    if max_examples is None and budget is None:
+        max_examples, budget = settings.get("max_examples"), settings.get("budget")
+    if max_examples is None and budget is None:
+        max_examples = DEFAULT_MAX_EXAMPLES
+    if coverage is None:
+        # The profiles' coverage (docs/reach.md): nightly always (+14% median on the H200); premerge when a
+        # side comes from a source, whose question includes what the change left unfuzzed (copy-vs-copy
+        # premerge costs +23%, over the 15% bar: --coverage asks). lab/benchmarks/history.md, "reach".
+        wanted = settings.get("coverage", False)
+        if wanted == "with-sources":
+            wanted = legacy != "copy" or optimized != "copy"
+        coverage = bool(wanted) or bool(require_changes_covered)
+    return ProfileSettings(seed, max_examples, budget, coverage)

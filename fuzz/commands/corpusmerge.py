@@ -221,13 +221,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("inputs", metavar="SHARD_CORPUS", nargs="+", help="the corpus folders of the shards")
 
 
-def cmd_corpus_merge(args: argparse.Namespace) -> int:
-    out, inputs = check_arguments(args.out, args.inputs)
+def corpus_merge(out_corpus: str, input_corpora: Sequence[str]) -> int:
+    """``corpus-merge OUT SHARD...``: the shards' example databases and repro files merged into OUT."""
+    out, inputs = check_arguments(out_corpus, input_corpora)
     done = merge_corpora(out, inputs)
     for kept, second in done.kept_both:
         print(f"kept both: {FAILURES}/{kept} keeps the content met first, the other content is {FAILURES}/{second}",
               file=sys.stderr)
-    print(f"corpus-merge: {len(inputs)} corpus folder(s) into {args.out}: example database +{done.examples_added} "
+    print(f"corpus-merge: {len(inputs)} corpus folder(s) into {out_corpus}: example database +{done.examples_added} "
           f"({done.examples_present} already there), failures +{done.repros_added} ({done.repros_present} already "
           f"there, {len(done.kept_both)} kept under a second name)")
     return EXIT_OK

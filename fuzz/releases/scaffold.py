@@ -41,8 +41,8 @@ from typing import Mapping, Sequence
 from fuzz.errors import UsageError
 from fuzz.releases.common import PROJECT_ROOT, SIDES, default_cache, side_version
 from fuzz.releases.matching import Span, UpstreamFile, def_start, is_def, upstream_file
-from fuzz.releases.packs import default_source
-from fuzz.releases.sources import Source, open_source
+from fuzz.releases.packs import find_pack
+from fuzz.releases.sources import Source, WheelSource, cached_wheel, fetch_wheel, open_source
 
 # What the copies may import (docs/adding-a-target.md): the standard library, torch, numpy, triton.
 ALLOWED_PACKAGES = {"torch", "numpy", "triton"}
@@ -545,6 +545,10 @@ def plan(name: str, refs: Sequence[str], pair: tuple[str, str], sources: Mapping
         text, notes = build_copy(side, version, request.refs, request.also, sources[version])
         files[request.paths[side]] = text
         todo += notes
+    if _body(files[request.paths["legacy"]]) == _body(files[request.paths["optimized"]]):
+        todo.insert(0, f"the definitions named are the same text in vllm {pair[0]} and {pair[1]}: the change is "
+                       "elsewhere (a helper they call?); diff the two releases' files and name the definition "
+                       "that changed with --upstream (then remove these files and scaffold again)")
     files[request.paths["package"]] = _package_stub(name, request.module)
     files[request.paths["inputs"]] = _strategy_stub(name, request.module)
     files[request.paths["record"]] = _catalog_record(name, request.module, request.refs, pair)
@@ -557,6 +561,11 @@ def plan(name: str, refs: Sequence[str], pair: tuple[str, str], sources: Mapping
              f"plant at least one bug and one benign refactor in {request.paths['planted']}",
              f"fill in the description and expected_optimized_syncs in {request.paths['record']}"]
     return Plan(files, todo)
+
+
+def _body(copy: str) -> str:
+    """A scaffolded copy without its header and provenance docstring (which name the release)."""
+    return copy.split('"""', 2)[-1]
 
 
 def write(result: Plan, root: Path) -> list[Path]:
@@ -641,6 +650,20 @@ def target_names(root: Path) -> list[str]:
     return names
 
 
+def parse_refs(upstream: Sequence[str], also: Sequence[str]) -> list[tuple[str, str]]:
+    return [parse_ref(ref) for ref in upstream] + [parse_ref(ref, "--also") for ref in also]
+
+
+def _source_holding(version: str, files: Sequence[str], cache: Path) -> Source:
+    """vllm ``version`` as new-target reads it: its source pack when the pack holds every file named (a new
+    target's file is usually not in the packs yet), else its wheel (the cache, else pip)."""
+    pack = find_pack(version)
+    if pack is not None and all(pack.read_raw(path) is not None for path in files):
+        return pack
+    wheel = cached_wheel(version, cache)
+    return WheelSource(wheel or fetch_wheel(version, cache, command="new-target"))
+
+
 def cmd_new_target(args: argparse.Namespace) -> int:
     from fuzz.reports.preflight import check_cache, refuse_empty
 
@@ -657,7 +680,8 @@ def cmd_new_target(args: argparse.Namespace) -> int:
              for side in SIDES if getattr(args, f"{side}_source", None)}
     # Cheap refusals first: nothing is read or downloaded for a scaffold that cannot be written.
     check_request(args.name, args.upstream, args.module, args.also, root, known)
-    sources = {version: given.get(version) or default_source(version, cache, command="new-target")
+    files = sorted({path for path, _ in parse_refs(args.upstream, args.also)})
+    sources = {version: given.get(version) or _source_holding(version, files, cache)
                for version in dict.fromkeys(pair)}
     result = plan(args.name, args.upstream, pair, sources, args.module, args.also, root, known)
     for path in write(result, root):

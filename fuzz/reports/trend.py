@@ -535,7 +535,7 @@ def _md_table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown(trend: Trend, changes: list[str], images: Mapping[str, str] | None = None,
+def markdown_text(trend: Trend, changes: list[str], images: Mapping[str, str] | None = None,
              no_charts: Mapping[str, str] | None = None) -> str:
     """The trend in Markdown; ``images`` {chart title: file name beside it} are linked when given, and each
     chart of ``no_charts`` {title: why} is said not drawn, and why."""
@@ -692,7 +692,10 @@ def _parts_of(scope: Mapping[str, Any]) -> list[tuple[str, str]]:
             if isinstance(part, Mapping) and isinstance(part.get("run_id"), str) and part["run_id"]]
 
 
-def cmd_trend(args: argparse.Namespace) -> int:
+def trend(reports: Sequence[str], *, markdown: str | None = None, html: str | None = None,
+          threshold: float = DEFAULT_THRESHOLD) -> int:
+    """``trend REPORT...``: nightly reports side by side, oldest first, and what the last night changed;
+    written as Markdown (with PNG charts) and/or one HTML page where asked. Exit 0, or UsageError."""
     from fuzz.reports.charts import have_matplotlib, svg_for_html
     from fuzz.reports.merge import read_report
     from fuzz.reports.outputs import write_bytes, write_text
@@ -700,21 +703,21 @@ def cmd_trend(args: argparse.Namespace) -> int:
 
     # Every refusal comes before anything is written: an output over an input is said as such, before
     # the overwrite rule (which would refuse it too, less clearly).
-    _check_inputs(args.reports)
+    _check_inputs(reports)
     outputs = {name: check_output(f"--{name}", value)
-               for name, value in (("markdown", args.markdown), ("html", args.html)) if value is not None}
+               for name, value in (("markdown", markdown), ("html", html)) if value is not None}
     images = image_paths(outputs["markdown"]) if "markdown" in outputs and have_matplotlib() else {}
     check_no_collisions({**{f"--{name}": path for name, path in outputs.items()},
                          **{f"--markdown's {key} chart": path for key, path in images.items()}},
-                        {"REPORT": [Path(name) for name in args.reports]})
+                        {"REPORT": [Path(name) for name in reports]})
     for name, path in outputs.items():
         check_overwrite(f"--{name}", path, name if name == "html" else "text")  # --html: only our own pages
     for key, path in images.items():
         _check_image(f"--markdown's {key} chart", path)
-    named = [(name, read_report(name)) for name in args.reports]
+    named = [(name, read_report(name)) for name in reports]
     _check_runs(named)
     trend = Trend.from_reports(named)
-    changes = what_changed(trend, args.threshold)
+    changes = what_changed(trend, threshold)
     print(terminal(trend, changes))
     # Each chart with a value to draw; the others are said not drawn, and why, in their place.
     drawn = {key: CHARTS[key](trend) for key in CHARTS}
@@ -730,7 +733,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
         if not have_matplotlib():
             print("note: no charts beside the Markdown: matplotlib is not installed (pip install matplotlib)",
                   file=sys.stderr)
-        write_text(outputs["markdown"], markdown(trend, changes, titles, no_charts if images else None))
+        write_text(outputs["markdown"], markdown_text(trend, changes, titles, no_charts if images else None))
         print(f"markdown: {outputs['markdown']}" + "".join(f", {p}" for p in written))
     if "html" in outputs:
         charts = None

@@ -85,6 +85,7 @@ class WorkStarted(AssertionError):
 def no_work(monkeypatch):
     """Every entry point of real work raises: a case must be refused before it."""
     import fuzz.commands.corpusmerge
+    import fuzz.commands.mergereports
     import fuzz.releases.packs
     import fuzz.releases.scaffold
     import fuzz.releases.sources
@@ -98,7 +99,7 @@ def no_work(monkeypatch):
         raise WorkStarted("work started for a case that should have been refused")
 
     for module, name in [(fuzz.run.orchestrate, "fuzz_all"), (fuzz.run.workers, "run_with_xdist"),
-                         (fuzz.run.replay, "replay_file"), (fuzz.cli, "write_outputs"),
+                         (fuzz.run.replay, "replay_file"), (fuzz.commands.mergereports, "write_outputs"),
                          (fuzz.run.session, "write_outputs"),
                          (fuzz.run.selftest, "selftest_target"), (fuzz.releases.packs, "write_pack"),
                          (fuzz.releases.packs, "fetch_wheel"), (fuzz.releases.sources, "fetch_wheel"),

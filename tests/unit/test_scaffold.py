@@ -282,3 +282,27 @@ def test_the_committed_cpu_gpu_buffer_copies_are_the_scaffold_plus_adapted_lines
                   if line.strip() and not line.startswith("#")]
         assert [line for line in ours if line not in theirs] == [line for line in ours if "# ADAPTED:" in line
                                                                  and line not in theirs]
+
+
+def test_definitions_that_are_the_same_text_in_both_releases_are_said_first(tmp_path):
+    """A newcomer scaffolded a method whose own text had not changed (the change was in a helper it calls):
+    the copies came out the same code, and nothing said so (lab/cpu-runs/2026-12-06-newcomer-trial.md)."""
+    same = {"0.29.0": TextSource({PATH: NEW}, "0.29.0"), "0.30.0": TextSource({PATH: NEW}, "0.30.0")}
+    result = plan(tmp_path, sources=same)
+    assert result.todo[0].startswith("the definitions named are the same text in vllm 0.29.0 and 0.30.0")
+    assert not plan(tmp_path / "other").todo[0].startswith("the definitions named are the same text")
+
+
+def test_a_pack_without_the_file_is_passed_over_for_the_wheel(tmp_path, monkeypatch):
+    import zipfile
+
+    wheel = tmp_path / "vllm-0.29.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(PATH, OLD)
+    monkeypatch.setattr(scaffold, "find_pack", lambda version: TextSource({"vllm/other.py": "x = 1\n"}, version))
+    monkeypatch.setattr(scaffold, "cached_wheel", lambda version, cache: wheel)
+    source = scaffold._source_holding("0.29.0", [PATH], tmp_path)
+    assert source.read_raw(PATH) == OLD
+    holding = TextSource({PATH: OLD}, "0.29.0")
+    monkeypatch.setattr(scaffold, "find_pack", lambda version: holding)
+    assert scaffold._source_holding("0.29.0", [PATH], tmp_path) is holding

@@ -52,13 +52,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                              "reported as accepted and does not make the exit 1")
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    if not args.file.strip():  # Path("") is the current folder: it would replay whatever JSON lies there
+def replay(file: str, *, device: str | None = None, strict: bool = False, known_issues: str | None = None) -> int:
+    """``replay FILE|DIR``: re-run a saved failure (or every one in a folder) in a fresh process; the exit code.
+
+    ``device`` replays on that device instead of the saved one; ``strict`` refuses a failure whose side from a
+    source changed since it was saved; ``known_issues`` names the accepted findings (``run --known-issues``)."""
+    if not file.strip():  # Path("") is the current folder: it would replay whatever JSON lies there
         raise UsageError("replay FILE is empty; pass a repro file or a corpus failures/ folder")
-    issues = _known_issues(args.known_issues)  # a bad file is refused before any replay
-    if Path(args.file).is_dir():
-        return _replay_folder(Path(args.file), args, issues)
-    return _replay_one(args, issues)
+    issues = _known_issues(known_issues)  # a bad file is refused before any replay
+    if Path(file).is_dir():
+        return _replay_folder(Path(file), device, strict, known_issues, issues)
+    return _replay_one(file, device, strict, issues)
 
 
 def _known_issues(value: str | None) -> list[dict]:
@@ -110,29 +114,29 @@ def _say_which_code(saved: dict) -> None:
               "come from that")
 
 
-def _replay_one(args: argparse.Namespace, issues: list[dict]) -> int:
+def _replay_one(file: str, device: str | None, strict: bool, issues: list[dict]) -> int:
     """``replay FILE``: 0 no longer fails (or accepted), 1 still fails, 2 the file cannot be replayed."""
     from fuzz.run.replay import replay_file, replayable
 
-    checked = replayable(args.file, args.strict)
+    checked = replayable(file, strict)
     saved = checked.payload
     why = CUDA_ONLY_VERDICTS.get(saved["verdict"])
-    if args.device == "cpu" and saved["device"].startswith("cuda") and why:
+    if device == "cpu" and saved["device"].startswith("cuda") and why:
         print(f"note: this {saved['verdict']} was saved on {saved['device']} and needs a GPU to reproduce ({why}); "
               "replaying on the CPU checks the values only")
-    elif args.device and args.device != saved["device"]:
-        print(f"note: saved on {saved['device']}, replaying on {args.device} as asked")
+    elif device and device != saved["device"]:
+        print(f"note: saved on {saved['device']}, replaying on {device} as asked")
     _say_which_code(saved)
     if checked.changed:
         print(changed_note(checked.changed))
-    result = replay_file(args.file, args.device, strict=args.strict)
+    result = replay_file(file, device, strict=strict)
     if not result.still_fails:
-        print(f"no longer fails: legacy and optimized agree on {result.device} for {args.file}")
+        print(f"no longer fails: legacy and optimized agree on {result.device} for {file}")
         return EXIT_OK
     if result.crashed:
-        print(f"{result.verdict.upper()} reproduced on {result.device} for {args.file}: {result.crashed}")
+        print(f"{result.verdict.upper()} reproduced on {result.device} for {file}: {result.crashed}")
     else:
-        print(f"{result.verdict.upper()} reproduced on {result.device} for {args.file}")
+        print(f"{result.verdict.upper()} reproduced on {result.device} for {file}")
         for mismatch in result.mismatches:
             print(f"  at {mismatch['path']} ({mismatch['what']}): {mismatch['detail']}")
     reason = _accepted(issues, checked, result)
@@ -213,7 +217,7 @@ def _checked(path: Path, device: str | None, strict: bool) -> _Checked:
         return _Checked(checked, None)
 
 
-def _replayed(path: Path, checked: _Checked, args: argparse.Namespace, issues: list[dict]) -> _Row:
+def _replayed(path: Path, checked: _Checked, device: str | None, strict: bool, issues: list[dict]) -> _Row:
     """One file replayed in its fresh process, as a row."""
     from fuzz.run.replay import replay_file
 
@@ -221,7 +225,7 @@ def _replayed(path: Path, checked: _Checked, args: argparse.Namespace, issues: l
     saved = checked.replayable.payload
     row = _Row(path, saved["target"], checked.device, saved["verdict"], "", "")
     try:
-        result = replay_file(str(path), args.device, strict=args.strict)
+        result = replay_file(str(path), device, strict=strict)
     except UsageError as exc:  # its input cannot be built: only the child process can tell
         row.result, row.outcome = f"invalid: {exc}", "invalid"
         return row
@@ -264,13 +268,14 @@ def summary_line(outcomes: list[str]) -> str:
     return line
 
 
-def _replay_folder(folder: Path, args: argparse.Namespace, issues: list[dict]) -> int:
+def _replay_folder(folder: Path, device: str | None, strict: bool, known_issues: str | None,
+                   issues: list[dict]) -> int:
     """``replay DIR``: each repro file of the folder in its own fresh process, then one table and a summary
     line. An empty folder, or one none of whose files can be replayed, is one line and exit 2 first."""
     from fuzz.versions import versions
 
-    files = _repro_files(folder, args.known_issues)
-    checked = [_checked(path, args.device, args.strict) for path in files]
+    files = _repro_files(folder, known_issues)
+    checked = [_checked(path, device, strict) for path in files]
     if all(check.replayable is None for check in checked):
         first = next(check.invalid for check in checked if check.invalid is not None)
         raise UsageError(f"replay {str(folder)!r}: none of its {len(files)} repro file(s) can be replayed (the "
@@ -291,7 +296,7 @@ def _replay_folder(folder: Path, args: argparse.Namespace, issues: list[dict]) -
                              f"needs a GPU: skipped (saved on {saved['device']}; --device cpu tries it here)",
                              "skipped"))
         else:
-            rows.append(_replayed(path, check, args, issues))
+            rows.append(_replayed(path, check, device, strict, issues))
     _print_table(rows)
     outcomes = [row.outcome for row in rows]
     print(summary_line(outcomes))

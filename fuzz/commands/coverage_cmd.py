@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from fuzz.errors import UsageError
 
@@ -173,15 +173,20 @@ def change_lines(report: Any, side: str | None, show_all: bool = False,
     return out
 
 
-def cmd_coverage(args: argparse.Namespace, open_source: Callable[[str, str, list[str]], Any] | None = None) -> int:
+def coverage(report_path: str, *, targets: Sequence[str] = (), device: str | None = None, side: str | None = None,
+             show_all: bool = False, changes: bool = False,
+             open_source: Callable[[str, str, list[str]], Any] | None = None) -> int:
+    """``coverage REPORT``: the lines of the claimed definitions no example ran; with ``changes``, the change's
+    coverage (every changed definition, sync-relevant first, and the changed code no example took), each
+    untaken line's text read with ``open_source`` where given."""
     from fuzz.reports.merge import read_report
 
-    report = read_report(args.report)
-    if args.changes:
-        for line in change_lines(report, args.side, args.all, open_source):
+    report = read_report(report_path)
+    if changes:
+        for line in change_lines(report, side, show_all, open_source):
             print(line)
         return EXIT_OK
-    lines = coverage_lines(report, args.target, args.device, args.side, args.all)
+    lines = coverage_lines(report, list(targets), device, side, show_all)
     for line in lines or ["every line and branch of every claimed definition ran"]:
         print(line)
     return EXIT_OK

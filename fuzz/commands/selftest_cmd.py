@@ -1,0 +1,56 @@
+"""``selftest``: the fuzzer's power by mutation, as a command (the engine's part is fuzz/run/selftest.py)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from fuzz.config import RunConfig
+from fuzz.records.model import EXIT_FAILURE, EXIT_OK
+from fuzz.reports.preflight import check_no_collisions, check_output, check_overwrite
+
+
+def _to_kill(examples: dict | None) -> str:
+    return "-" if examples is None else f"{examples['median']:g}/{examples['max']}"
+
+
+def selftest(targets: Sequence[str] = (), *, device: str = "auto", seed: int = 0, max_examples: int = 200,
+             contract: str = "caller", limit: int | None = None, shared: bool = False, json: str | None = None,
+             min_kill_rate: float | None = None) -> int:
+    """``selftest``: every mutant of each target's optimized copy fuzzed; the kill-rate table, ``json`` written
+    where asked. Exit 1 when a kill rate is below ``min_kill_rate``, else 0."""
+    from fuzz.engine.devices import resolve_devices
+    from fuzz.reports.outputs import write_json
+    from fuzz.run.selftest import load_equivalents, selftest_target
+    from fuzz.targets import lookup
+
+    chosen = lookup(list(targets))
+    json_out = check_output("--json", json) if json is not None else None
+    if json_out is not None:
+        from fuzz.run.selftest import EQUIVALENT_FILE
+
+        check_overwrite("--json", json_out, "selftest")
+        check_no_collisions({"--json": json_out}, {"the equivalents list": EQUIVALENT_FILE})
+    options = RunConfig(devices=resolve_devices(device), seed=seed, max_examples=max_examples,
+                        contract=contract, isolated=False)
+    equivalents = load_equivalents()
+    results = []
+    if shared:
+        print("each mutant replaces both copies: only the targets' invariants and references can kill it")
+    print(f"{'target':34} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9} "
+          f"{'examples to kill (median/max)':>29}  killed by")
+    for target in chosen:
+        result = selftest_target(target, options, equivalents, limit, shared=shared)
+        results.append(result)
+        by = ", ".join(f"{oracle} {n}" for oracle, n in result["killed_by"].items()) or "-"
+        print(f"{target.name:34} {result['mutants']:7} {result['killed']:6} {len(result['equivalent']):6} "
+              f"{len(result['survived']):8} {result['kill_rate']:9.1%} {_to_kill(result['examples_to_kill']):>29}"
+              f"  {by}", flush=True)
+        for survivor in result["survived"]:
+            print(f"    survived {survivor['mutant']}: {survivor['code']}")
+    if json_out:
+        write_json(json_out, {"devices": list(options.devices), "max_examples": max_examples,
+                              "shared": shared, "results": results})
+    low = [r for r in results if min_kill_rate is not None and r["kill_rate"] < min_kill_rate]
+    for result in low:
+        print(f"KILL RATE BELOW {min_kill_rate:g}: {result['target']} {result['kill_rate']:.1%}")
+    return EXIT_FAILURE if low else EXIT_OK
