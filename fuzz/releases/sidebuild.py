@@ -300,15 +300,22 @@ def stand_ins(template: str, module: str | None = None) -> dict[str, tuple[str, 
     header says ``stands in for vllm's NAME()`` (``pin_memory_available`` for
     ``is_pin_memory_available``), so new upstream text calling NAME gets the stand-in.
 
-    When several modules stand in for one name, ``module``'s own (the copy being rebuilt) wins, then the
-    shared helper modules' (copies no target names, e.g. ``torch_utils``), then the other targets' copies:
-    a target of another pair keeps its stand-ins to itself (docs/adding-a-target.md, step 1)."""
+    When several modules stand in for one name, ``module``'s own (the copy being rebuilt) wins, then those of
+    copies of ``module``'s version pair (or of no target's: shared helpers), then the others': a target of
+    another pair keeps its stand-ins to itself (docs/adding-a-target.md, step 1)."""
     from fuzz.targets import catalog_targets
 
-    targeted = {getattr(t, side).partition(":")[0].rpartition(".")[2] for t in catalog_targets()
-                for side in ("legacy", "optimized")}
+    pairs: dict[str, set[tuple[str, str]]] = {}
+    for target in catalog_targets():
+        for side in ("legacy", "optimized"):
+            pairs.setdefault(getattr(target, side).partition(":")[0].rpartition(".")[2], set()).add(target.versions)
+    own = pairs.get(module or "", set())
+
+    def other_pair(stem: str) -> bool:
+        return bool(own) and stem in pairs and not pairs[stem] & own
+
     paths = sorted((PROJECT_ROOT / template).glob("*.py"),
-                   key=lambda path: (path.stem != module, path.stem in targeted, path.stem))
+                   key=lambda path: (path.stem != module, other_pair(path.stem), path.stem))
     found: dict[str, tuple[str, str]] = {}
     for path in paths:
         if path.stem == "__init__":
