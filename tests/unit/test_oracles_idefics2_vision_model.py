@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz.engine.execute import run_side
-from strategies.idefics2_vision_model import oracles as I2
 from fuzz.targets import lookup, resolve_object
+from strategies.idefics2_vision_model import oracles as I2
 
 NAME = "idefics2-position-ids"
 SAMPLE = settings(max_examples=25, database=None, deadline=None, suppress_health_check=list(HealthCheck))

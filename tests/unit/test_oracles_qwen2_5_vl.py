@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz.engine.execute import run_side
-from strategies.qwen2_5_vl import oracles as Q25
 from fuzz.targets import resolve_object
+from strategies.qwen2_5_vl import oracles as Q25
 from tests.unit.test_oracles_qwen2_vl import output, replaced, target
 
 THW = "qwen25-vl-rope-by-thw"

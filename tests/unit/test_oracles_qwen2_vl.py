@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz.engine.execute import run_side
-from strategies.qwen2_vl import oracles as Q2
 from fuzz.targets import lookup, resolve_object
+from strategies.qwen2_vl import oracles as Q2
 
 ROT = "qwen2-vl-rot-pos-emb"
 SAMPLE = settings(max_examples=25, database=None, deadline=None, suppress_health_check=list(HealthCheck))
