@@ -136,12 +136,17 @@ def reduce_data_leaves_the_items_alone(spec: dict, output: Any) -> str | None:
 def reduce_data_pins_only_when_asked(spec: dict, output: Any) -> str | None:
     """A host tensor of the batch is pinned only if pinning was asked and not forced off:
     ``pin_memory`` is off for a ``keep_on_cpu`` field, for a host ``device`` and for elements
-    already on an accelerator, and pinned memory is for "faster host-to-device transfer"."""
+    already on an accelerator, and pinned memory is for "faster host-to-device transfer".
+    One exception, torch's and not the function's: accelerator elements brought to a host target by
+    ``_nested_tensors_h2d``'s ``x.to(device=..., non_blocking=True)`` land in memory torch pins for an
+    asynchronous device-to-host copy (both releases; seen on an H100, lab/gpu-runs/2026-12-06d-h100.md)."""
     if problem := _problem(output):
         return problem
     keep_on_cpu, device, pin_memory = call_arguments(spec)
     host_target = device is not None and (keep_on_cpu or device.type == "cpu")
     on_device = spec["elems_on"] == "device" and not spec["device"].startswith("cpu")
+    if on_device and host_target:
+        return None  # torch pins the destination of a non_blocking device-to-host copy
     allowed = pin_memory and not host_target and not on_device
     pinned = [p for p in _leaves_of_flags(output["pinned"]) if p]
     if pinned and not allowed:
