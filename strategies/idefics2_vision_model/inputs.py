@@ -19,6 +19,10 @@ Callers (vllm 0.30.0), each with the mask on the model's device:
   int64; MiniCPM-V 2.5 passes the same mask with ``tgt_sizes=None`` ("v2.5 infers patch layout from the
   attention mask").
 
+Half the batches are of small images (at most 2 patch rows and 3 columns, grid ``pad`` 0 half the time):
+the only way to a ``[B, 2, Wp]`` grid mask, which must take the padded-grid stride (``shape[1] > 1``), not
+MiniCPM-V's one-row one.
+
 ``n = num_patches_per_side = image_size // patch_size`` comes from the checkpoint: 70 (980/14: Idefics2,
 MiniCPM-V, Aria), 32 (448/14 Phi-4-multimodal, 512/16 SmolVLM-256M/500M), 27 (384/14 SmolVLM-Instruct,
 SmolVLM2-2.2B), 26 (364/14 Idefics3-8B). An image has at most ``n`` patches per side.
@@ -50,6 +54,14 @@ KINDS = choice_of(["grid", "flat", "flat_v25"])
 WIDE_SIDES = choice_of([*SHIPPED_SIDES, 1, 2, 3, 5, 7, 8, 12])
 CALLER_SIDES = choice_of(list(SHIPPED_SIDES))
 PLACES = choice_of(["device", "cpu"])
+# A batch of small images (at most 2 patch rows, 3 columns; idefics3 pads each to the batch's largest): the
+# only grid masks of 2 rows, [B, 2, Wp], which must not be read as MiniCPM-V's one-row [B, 1, L] mask.
+# Counts drawn up to n almost never give a whole batch at most 2 rows.
+SMALL_ROWS, SMALL_COLUMNS = st.integers(1, 2), st.integers(1, 3)
+WIDE_SMALL_ROWS, WIDE_SMALL_COLUMNS = st.integers(0, 2), st.integers(0, 3)
+# Rows/columns of a grid mask past the batch's largest image: none half the time (the mask sized to the
+# largest image), so that batch of small images is a [B, 2, Wp] mask often enough.
+PADS = choice_of([0, 0, 1, 2])
 
 
 @lru_cache(maxsize=None)  # built once per bound (strategies/common.py says why)
@@ -65,13 +77,17 @@ def _position_ids_specs(draw: st.DrawFn, available: Sequence[str], contract: str
     n = draw(WIDE_SIDES if wide else CALLER_SIDES)
     kind = draw(KINDS)
     count = draw(st.integers(1, 3))
-    images = [[draw(_extents(n, wide)), draw(_extents(n, wide))] for _ in range(count)]
+    if draw(st.booleans()):
+        rows, columns = (WIDE_SMALL_ROWS, WIDE_SMALL_COLUMNS) if wide else (SMALL_ROWS, SMALL_COLUMNS)
+    else:
+        rows = columns = _extents(n, wide)
+    images = [[draw(rows), draw(columns)] for _ in range(count)]
     return {
         "device": draw(devices(available)),
         "n": n,
         "kind": kind,
         "images": images,
-        "pad": [draw(st.integers(0, 2)), draw(st.integers(0, 2))] if kind == "grid" else [0, 0],
+        "pad": [draw(PADS), draw(PADS)] if kind == "grid" else [0, 0],
         "tgt_dtype": draw(int_dtypes()) if kind == "flat" else "int64",
         "tgt_on": draw(PLACES) if wide and kind == "flat" else "cpu",
         "mask_on": draw(PLACES) if wide else "device",
@@ -145,11 +161,20 @@ def _untied(extent: int, n: int) -> int:
     return extent
 
 
+def _exact(extent: int) -> bool:
+    """A power of two: every coordinate ``r / extent`` is an exact binary fraction, which 0.29.0's
+    ``arange(0, 1 - 1e-6, 1 / extent)`` and 0.30.0's ``r / extent`` both compute exactly, so on a tie both
+    compare the same value with the same boundary tensor and pick the same bucket."""
+    return extent > 0 and extent & (extent - 1) == 0
+
+
 class Idefics2PositionIdsUntiedInputs(Idefics2PositionIdsInputs):
     """The same callers with every image size moved to one whose fractional coordinates never sit on a
     bucket boundary (``gcd(size, n) == 1``; for MiniCPM-V 2.5 the flattened ``h * w``): there the two
     releases' float arithmetic cannot round a coordinate into another bucket (the distance to the nearest
     boundary is at least ``1 / (n * size)``), so only the mask/stride/``tgt_sizes`` logic is compared.
+    A power-of-two size is kept (``_exact``: its ties are computed exactly on both sides), so a batch of
+    2-row images, the only ``[B, 2, Wp]`` grid masks, stays drawn for every shipped ``n``.
     Used by the planted bugs and benign refactors of strategies/idefics2_vision_model/planted.py: the real
     copies differ at exact ties (docs/findings/README.md, F20), which would drown every plant."""
 
@@ -162,5 +187,8 @@ def _untie(spec: dict) -> dict:
     images = []
     for h, w in spec["images"]:
         # gcd(h * w, n) == 1 when both are: MiniCPM-V 2.5's one-row layout (nb_w = h * w) is untied too
-        images.append([_untied(h, n), _untied(w, n)])
+        hu, wu = (h if _exact(h) else _untied(h, n)), (w if _exact(w) else _untied(w, n))
+        if spec["kind"] == "flat_v25" and not (_exact(hu * wu) or math.gcd(hu * wu, n) == 1):
+            hu, wu = _untied(h, n), _untied(w, n)  # its one coordinate is r / (h * w)
+        images.append([hu, wu])
     return {**spec, "images": images}

@@ -30,6 +30,9 @@ Wide contract, beyond that: a non-contiguous processor output (a transposed or g
 empty slices, an empty ``elems`` list, ``dim=-1``, ``pin_memory=True`` with no device (CUDA only:
 pinning needs it) and a device target with pinning off.
 
+``FlatFieldBesideF21Inputs``: the flat field's inputs less F21's (a one-element batch sliced along
+``dim`` > 0, where the real copies differ in layout), for the mutation self-test.
+
 A spec is JSON: ``field`` ("batched" | "flat"), ``placement`` ("runner" | "keep_on_cpu" |
 "get_data" | wide "pin_no_device" | "runner_unpinned"), ``elems_on`` ("host" | "device"),
 ``dtype``, ``dim`` (flat), ``form`` ("rows" | "entries" | "nested" for batched; "tensor" |
@@ -316,3 +319,22 @@ class FlatFieldInputs(_ReduceDataInputs):
 
     def _empty_field(self, module: Any, keep_on_cpu: bool) -> Any:
         return module.MultiModalFlatField(slices=[], dim=0, keep_on_cpu=keep_on_cpu)
+
+
+def _not_a_strided_single(spec: dict) -> bool:
+    """False for a batch of one tensor element sliced along a dimension other than the first: the
+    element is then a strided column slice, which 0.30.0 returns as is and 0.29.0 copied (F21)."""
+    items = spec["items"]
+    if len(items) != 1 or spec["form"] != "tensor":
+        return True
+    return spec["dim"] % len(items[0]["shape"]) == 0
+
+
+class FlatFieldBesideF21Inputs(FlatFieldInputs):
+    """The flat field's inputs less F21's (docs/findings/README.md): no one-element batch whose element
+    is sliced along ``dim`` > 0. There the real copies differ in layout and aliasing (accepted), which
+    would report every mutant of ``reduce_data`` whatever it changed; on every other input they agree, so
+    the mutation self-test (its figure in lab/selftest/2026-12-06-issue43.md) is judged here."""
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _flat_specs(available, contract).filter(_not_a_strided_single)

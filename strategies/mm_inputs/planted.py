@@ -1,9 +1,14 @@
 """Planted bugs and benign refactors for the mm-batched-field-reduce-data and
-mm-flat-field-reduce-data targets (optimized/mm_inputs.py)."""
+mm-flat-field-reduce-data targets (optimized/mm_inputs.py).
+
+The flat field's plants are judged on ``FlatFieldBesideF21Inputs`` (strategies/mm_inputs/inputs.py): the real
+copies differ on a one-element batch sliced along ``dim`` > 0 (F21, docs/findings/README.md), which would
+report every plant there, whatever it changed."""
 
 from fuzz.api import Plant
 
 _OPT = "optimized.mm_inputs"
+_BESIDE_F21 = "strategies.mm_inputs.inputs:FlatFieldBesideF21Inputs"
 
 BUGS = [
     Plant("planted-mm-batched-single-item-no-batch-dim", "mm-batched-field-reduce-data", _OPT,
@@ -13,7 +18,8 @@ BUGS = [
     Plant("planted-mm-flat-ragged-offset-on-dim0", "mm-flat-field-reduce-data", _OPT,
           "concat_offset += tensor.shape[dim]", "concat_offset += tensor.shape[0]",
           "slice-assign advances along dim 0 whatever the concat dim: ragged dim=1 items "
-          "(qwen3_asr / qwen2_5_omni audio features) overwrite each other or leave zero gaps"),
+          "(qwen3_asr / qwen2_5_omni audio features) overwrite each other or leave zero gaps",
+          inputs=_BESIDE_F21),
 ]
 
 BENIGN = [
@@ -24,5 +30,6 @@ BENIGN = [
     Plant("benign-mm-flat-single-item-contiguous", "mm-flat-field-reduce-data", _OPT,
           "                return batch[0]\n", "                return batch[0].contiguous()\n",
           "0.29.0's unpinned single element: a copy only for a non-contiguous element; the values "
-          "are the same (and this is the layout 0.29.0 gave a host target)"),
+          "are the same (and this is the layout 0.29.0 gave a host target)",
+          inputs=_BESIDE_F21),
 ]
