@@ -30,9 +30,6 @@ from fuzz.records.reachdata import same_code as reach_same_code
 from fuzz.records.verdicts import (
     CRASH_VERDICTS,
     EXAMPLE_VERDICTS,
-    SAME_CODE,
-    UNREACHED,
-    UNTESTED,
     UPSTREAM_COMPARED,
     TargetVerdict,
     Verdict,
@@ -337,13 +334,13 @@ class TargetEntry:
         the same code (docs/reach.md): examples ran and agreed, and showed nothing. None otherwise."""
         sides = self.reach.get(device) or {}
         if any(unreached_side(record) for record in sides.values()):
-            return UNREACHED
+            return TargetVerdict.UNREACHED
         if self.same_code or reach_same_code(sides):
-            return SAME_CODE
+            return TargetVerdict.SAME_CODE
         return None
 
     def unreached_devices(self) -> list[str]:
-        return [d for d in self.devices if self.verdict_on(d) == UNREACHED]
+        return [d for d in self.devices if self.verdict_on(d) == TargetVerdict.UNREACHED]
 
     @property
     def verdict(self) -> TargetVerdict:
@@ -355,7 +352,7 @@ class TargetEntry:
     def untested_devices(self) -> list[str]:
         if self._state():
             return []
-        return [d for d in self.devices if self.verdict_on(d) == UNTESTED]
+        return [d for d in self.devices if self.verdict_on(d) == TargetVerdict.UNTESTED]
 
     def is_flaky_on(self, device: str) -> bool:
         return any(f.flaky for f in self.failures if f.device == device) or (
@@ -597,7 +594,7 @@ class Report:
     def untested(self) -> list[tuple[str, str]]:
         """(target, device) pairs that ran no example."""
         out = [(e.name, d) for e in self.targets for d in e.untested_devices()]
-        out += [(e.name, "-") for e in self.targets if not e.devices and e.verdict == UNTESTED]
+        out += [(e.name, "-") for e in self.targets if not e.devices and e.verdict == TargetVerdict.UNTESTED]
         return out
 
     def unreached(self) -> list[tuple[str, str]]:

@@ -31,73 +31,53 @@ class _PlainValue(str, Enum):
 
 
 class Verdict(_PlainValue):
-    """An example verdict: what one input did."""
+    """An example verdict: what one input did, with its severity (docs/verdicts.md's table shows the order):
+    a target's verdict on a device is the most severe of its examples' (``worst``). Each is declared here
+    once; ``TargetVerdict`` has every one of them and the target-only states."""
 
-    AGREE = "agree"
-    DIVERGENCE = "divergence"
-    ERROR_MISMATCH = "error-mismatch"
-    SYNC_REGRESSION = "sync-regression"
-    CRASH = "crash"
-    HANG = "hang"
-    UPSTREAM_DIVERGENCE = "upstream-divergence"
-    INVARIANT_VIOLATION = "invariant-violation"
-    REFERENCE_DIVERGENCE = "reference-divergence"
+    AGREE = "agree", 0
+    DIVERGENCE = "divergence", 3
+    ERROR_MISMATCH = "error-mismatch", 2
+    SYNC_REGRESSION = "sync-regression", 1
+    CRASH = "crash", 4
+    HANG = "hang", 4
+    UPSTREAM_DIVERGENCE = "upstream-divergence", 2
+    INVARIANT_VIOLATION = "invariant-violation", 3
+    REFERENCE_DIVERGENCE = "reference-divergence", 3
 
-    @property
-    def severity(self) -> int:
-        return SEVERITY[self.value]
+    severity: int
+
+    def __new__(cls, value: str, severity: int) -> "Verdict":
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.severity = severity
+        return member
 
     @property
     def failed(self) -> bool:
         return self is not Verdict.AGREE
 
 
-# The severity order, stated once (docs/verdicts.md's table shows it): a target's verdict on a device is the
-# most severe of its examples' (``worst``).
-SEVERITY = {
-    "agree": 0,
-    "sync-regression": 1,
-    "upstream-divergence": 2,
-    "error-mismatch": 2,
-    "divergence": 3,
-    "invariant-violation": 3,
-    "reference-divergence": 3,
-    "hang": 4,
-    "crash": 4,
+SEVERITY = {verdict.value: verdict.severity for verdict in Verdict}
+"""Example verdict -> its severity (read from the members)."""
+
+_TARGET_ONLY = {
+    "SKIPPED": "skipped",  # runs on none of this run's devices (said why)
+    "FUZZER_ERROR": "fuzzer-error",  # the harness broke: a bug in the fuzzer
+    "UNTESTED": "untested",  # no example ran (its budget share ran out first)
+    "CANNOT_BUILD": "cannot-build",  # a side's source cannot be built into this target's code (said why)
+    "RETIRED": "retired",  # a side's release removed the definitions the target is about (exit 0; said when)
+    # Examples ran and agreed, but they are no evidence (docs/reach.md):
+    "SAME_CODE": "same-code",  # both sides ran the same code: a function compared with itself (exit 0, not "agree")
+    "UNREACHED": "unreached",  # a side never entered the definitions the target claims (exit 3, incomplete)
 }
 
+TargetVerdict = _PlainValue("TargetVerdict", {**{v.name: v.value for v in Verdict}, **_TARGET_ONLY},
+                            module=__name__, qualname="TargetVerdict")
+TargetVerdict.__doc__ = """A target's verdict on one device: an example verdict, or a state in which no example
+verdict exists (``_TARGET_ONLY``). Its members equal their values as strings, so verdicts read back from a JSON
+report compare either way."""
 
-class TargetVerdict(_PlainValue):
-    """A target's verdict on one device: an example verdict, or a state in which no example verdict exists.
-    Its members equal their values as strings, so verdicts read back from a JSON report compare either way."""
-
-    AGREE = "agree"
-    DIVERGENCE = "divergence"
-    ERROR_MISMATCH = "error-mismatch"
-    SYNC_REGRESSION = "sync-regression"
-    CRASH = "crash"
-    HANG = "hang"
-    UPSTREAM_DIVERGENCE = "upstream-divergence"
-    INVARIANT_VIOLATION = "invariant-violation"
-    REFERENCE_DIVERGENCE = "reference-divergence"
-    SKIPPED = "skipped"  # runs on none of this run's devices (said why)
-    FUZZER_ERROR = "fuzzer-error"  # the harness broke: a bug in the fuzzer
-    UNTESTED = "untested"  # no example ran (its budget share ran out first)
-    CANNOT_BUILD = "cannot-build"  # a side's source cannot be built into this target's code (said why)
-    RETIRED = "retired"  # a side's release removed the definitions the target is about (exit 0; said when)
-    # Examples ran and agreed, but they are no evidence (docs/reach.md):
-    SAME_CODE = "same-code"  # both sides ran the same code: a function compared with itself (exit 0, not "agree")
-    UNREACHED = "unreached"  # a side never entered the definitions the target claims (exit 3, incomplete)
-
-
-# The target-only verdicts under their old module-level names, for importers.
-SKIPPED = TargetVerdict.SKIPPED
-FUZZER_ERROR = TargetVerdict.FUZZER_ERROR
-UNTESTED = TargetVerdict.UNTESTED
-CANNOT_BUILD = TargetVerdict.CANNOT_BUILD
-RETIRED = TargetVerdict.RETIRED
-SAME_CODE = TargetVerdict.SAME_CODE
-UNREACHED = TargetVerdict.UNREACHED
 
 # A target's ``upstream_check`` when ``--upstream`` compared it with the real vllm (fuzz/engine/upstream.py);
 # any other text says why it could not be.

@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 
 from fuzz.records.model import Failure, Report
 from fuzz.records.reachdata import change_line, merged_changes, uncovered, untaken_text
-from fuzz.records.verdicts import CANNOT_BUILD, FUZZER_ERROR, RETIRED, SAME_CODE, UNREACHED, UNTESTED
+from fuzz.records.verdicts import TargetVerdict
 from fuzz.reports.machine import gpu_clauses, report_machines, sharing_clause
 from fuzz.reports.report import (
     closing_line,
@@ -116,11 +116,11 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
         failures = [f for f in entry.failures if f.device == device]
         new = [f for f in failures if not f.known]
         verdict = entry.label_on(device)
-        if verdict == UNTESTED:
+        if verdict == TargetVerdict.UNTESTED:
             verdict = f"untested ({_UNTESTED_WHY})"
-        elif verdict == CANNOT_BUILD:
+        elif verdict == TargetVerdict.CANNOT_BUILD:
             verdict = f"cannot-build: {entry.cannot_build}"
-        elif entry.verdict_on(device) == RETIRED and entry.retired:
+        elif entry.verdict_on(device) == TargetVerdict.RETIRED and entry.retired:
             verdict = f"{verdict}: {retired_reason(entry.retired)}"
         tally = entry.by_device.get(device)
         lines.append(f"| {entry.name} | {device} | {tally.examples if tally else 0} | "
@@ -217,25 +217,25 @@ def junit_xml(report: Report) -> str:
             skipped += 1
             ET.SubElement(case, "skipped", message=entry.skipped or "skipped")
             continue
-        if verdict == FUZZER_ERROR:
+        if verdict == TargetVerdict.FUZZER_ERROR:
             errors += 1
             ET.SubElement(case, "error", message="fuzzer bug").text = entry.fuzzer_error
             continue
-        if verdict == RETIRED:
+        if verdict == TargetVerdict.RETIRED:
             skipped += 1  # nothing to compare: the side's release removed the code (not a pass, not a failure)
             ET.SubElement(case, "skipped", message=f"{entry.retired_label}: {retired_reason(entry.retired or {})}")
             continue
-        if verdict == CANNOT_BUILD:
+        if verdict == TargetVerdict.CANNOT_BUILD:
             skipped += 1  # nothing ran: CI must not count it as a pass
             ET.SubElement(case, "skipped", message=f"cannot-build: {entry.cannot_build}")
             continue
-        if verdict == UNTESTED:
+        if verdict == TargetVerdict.UNTESTED:
             skipped += 1  # nothing ran: CI must not count it as a pass
             ET.SubElement(case, "skipped", message=f"untested: {_UNTESTED_WHY}")
             continue
-        if verdict in (UNREACHED, SAME_CODE):
+        if verdict in (TargetVerdict.UNREACHED, TargetVerdict.SAME_CODE):
             skipped += 1  # examples ran, but compared nothing a pass could stand on (docs/reach.md)
-            why = entry.same_code or "both sides executed the same definitions" if verdict == SAME_CODE \
+            why = entry.same_code or "both sides executed the same definitions" if verdict == TargetVerdict.SAME_CODE \
                 else "a side never entered the definitions the target claims"
             ET.SubElement(case, "skipped", message=f"{verdict}: {why}")
             continue

@@ -15,7 +15,7 @@ from typing import Any
 
 from fuzz.records.model import Failure, Report, TargetEntry
 from fuzz.records.reachdata import change_line, merged_changes, untaken_text
-from fuzz.records.verdicts import CANNOT_BUILD, CRASH_VERDICTS, RETIRED, SAME_CODE, SKIPPED, UNREACHED, UNTESTED
+from fuzz.records.verdicts import CRASH_VERDICTS, TargetVerdict
 from fuzz.reports.charts import report_charts, svg_for_html
 from fuzz.reports.machine import machine_lines, report_machines
 from fuzz.reports.report import (
@@ -107,8 +107,10 @@ def _result_class(report: Report) -> str:
 
 # The target states that are no failure (docs/verdicts.md): those that make a run incomplete (exit 3), and
 # those that are no evidence either way (exit 0). Neither is styled as a failure is.
-INCOMPLETE_STATES = frozenset(state.value for state in (UNTESTED, UNREACHED, CANNOT_BUILD))
-NO_EVIDENCE_STATES = frozenset(state.value for state in (SAME_CODE, SKIPPED, RETIRED))
+INCOMPLETE_STATES = frozenset(state.value for state in (TargetVerdict.UNTESTED, TargetVerdict.UNREACHED,
+                                                        TargetVerdict.CANNOT_BUILD))
+NO_EVIDENCE_STATES = frozenset(state.value for state in (TargetVerdict.SAME_CODE, TargetVerdict.SKIPPED,
+                                                         TargetVerdict.RETIRED))
 
 
 def verdict_class(label: str) -> str:

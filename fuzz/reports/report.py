@@ -13,7 +13,7 @@ from typing import Any, Callable, TextIO
 
 from fuzz.records.model import EXIT_FAILURE, EXIT_FUZZER_BUG, EXIT_INCOMPLETE, EXIT_OK, Report, TargetEntry
 from fuzz.records.reachdata import line_counts, merged_changes, percent, uncovered, unreached, unreached_side
-from fuzz.records.verdicts import CRASH_VERDICTS, SAME_CODE, SKIPPED, UNREACHED, UNTESTED
+from fuzz.records.verdicts import CRASH_VERDICTS, TargetVerdict
 from fuzz.reports.machine import machine_lines, report_machines
 
 
@@ -42,7 +42,7 @@ def rows(entries: Iterable[TargetEntry]) -> list[tuple[TargetEntry, str | None]]
     """(entry, device) per table row; a skipped target is one row without a device."""
     out: list[tuple[TargetEntry, str | None]] = []
     for entry in entries:
-        if entry.verdict == SKIPPED:
+        if entry.verdict == TargetVerdict.SKIPPED:
             out.append((entry, None))
         else:
             out.extend((entry, device) for device in entry.devices)
@@ -78,7 +78,7 @@ def summary_rows(entries: Iterable[TargetEntry]) -> list[tuple[str, ...]]:
     table: list[tuple[str, ...]] = [SUMMARY_HEADER]
     for entry, device in rows(entries):
         if device is None:
-            table.append((entry.name, "-", "0", "0", "-", "-", SKIPPED, entry.skipped or "", "", ""))
+            table.append((entry.name, "-", "0", "0", "-", "-", TargetVerdict.SKIPPED, entry.skipped or "", "", ""))
             continue
         tally = entry.by_device.get(device)
         examples = tally.examples if tally else 0
@@ -101,7 +101,7 @@ def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:
             lines.append(f"{entry.retired_label} {entry.name}: {retired_reason(entry.retired)}")
         if entry.cannot_build:
             lines.append(f"cannot-build {entry.name}: {entry.cannot_build}")
-        if entry.same_code or any(entry.verdict_on(d) == SAME_CODE for d in entry.devices):
+        if entry.same_code or any(entry.verdict_on(d) == TargetVerdict.SAME_CODE for d in entry.devices):
             lines.append(f"same-code {entry.name}: {entry.same_code or 'both sides executed the same definitions'}"
                          "; its agreement is no evidence (docs/reach.md)")
         for device in entry.unreached_devices():
@@ -157,13 +157,13 @@ def target_outcome(entry: TargetEntry) -> str:
         return "retired"
     if entry.cannot_build:
         return "cannot-build"
-    if entry.verdict == UNTESTED or entry.untested_devices():
+    if entry.verdict == TargetVerdict.UNTESTED or entry.untested_devices():
         return "untested"
     if entry.failures:
         return "known"
-    if entry.verdict in (UNREACHED, SAME_CODE):
+    if entry.verdict in (TargetVerdict.UNREACHED, TargetVerdict.SAME_CODE):
         return entry.verdict
-    return SKIPPED if entry.verdict == SKIPPED else "agree"
+    return TargetVerdict.SKIPPED if entry.verdict == TargetVerdict.SKIPPED else "agree"
 
 
 def closing_line(report: Report) -> str:

@@ -47,7 +47,7 @@ from typing import Any
 
 from fuzz.errors import UsageError
 from fuzz.records.model import EXIT_OK, SIDES, Report, TargetEntry
-from fuzz.records.verdicts import UNTESTED
+from fuzz.records.verdicts import TargetVerdict
 
 DEFAULT_THRESHOLD = 0.3  # examples falling by more than 30% of the night before is news
 NEW, STILL, KNOWN, NOT_SEEN = "new", "still failing", "known", "not seen tonight"
@@ -196,7 +196,7 @@ def sync_stats(histogram: Mapping[int, int]) -> SyncStats | None:
 
 def _target_night(entry: TargetEntry) -> TargetNight:
     untested = tuple(entry.untested_devices())
-    if not entry.devices and entry.verdict == UNTESTED:
+    if not entry.devices and entry.verdict == TargetVerdict.UNTESTED:
         untested = ("",)
     sound = not (entry.fuzzer_error or entry.cannot_build or entry.retired)
     tested = frozenset(d for d, t in entry.by_device.items() if t.examples > 0 and sound)

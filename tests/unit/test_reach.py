@@ -12,7 +12,7 @@ import pytest
 
 from fuzz.config import RunConfig
 from fuzz.records.model import EXIT_INCOMPLETE, EXIT_OK, DeviceTally, Failure, Report, TargetEntry
-from fuzz.records.verdicts import SAME_CODE, UNREACHED, UNTESTED
+from fuzz.records.verdicts import TargetVerdict
 
 # The JSON model lives in fuzz/records/reachdata.py (torch-free); earlier it was part of fuzz/reach/collect.py.
 try:
@@ -197,7 +197,7 @@ def test_to_json_and_from_json_round_trip_keeps_reach_and_same_code():
     marked = entry(reach(), same_code="both sides run the same code: 1 definition")
     again = TargetEntry.from_json(json.loads(json.dumps(marked.to_json())))
     assert again.same_code == marked.same_code and again.reach == marked.reach
-    assert again.to_json()["verdict_by_device"] == {"cpu": SAME_CODE}
+    assert again.to_json()["verdict_by_device"] == {"cpu": TargetVerdict.SAME_CODE}
     # An entry of a report from before reach reads as not measured.
     old = original.to_json()
     del old["reach"], old["same_code"]
@@ -256,15 +256,15 @@ def test_line_and_arc_counts_and_percent():
 def test_verdict_on_unreached_same_code_and_agree():
     assert entry(differing()).verdict_on("cpu") == "agree"
     assert entry().verdict_on("cpu") == "agree"  # not measured: agree, as before reach
-    assert entry(reach()).verdict_on("cpu") == SAME_CODE  # the sides executed the same code
-    assert entry(differing(), same_code="static: same text").verdict_on("cpu") == SAME_CODE
+    assert entry(reach()).verdict_on("cpu") == TargetVerdict.SAME_CODE  # the sides executed the same code
+    assert entry(differing(), same_code="static: same text").verdict_on("cpu") == TargetVerdict.SAME_CODE
     unreached = entry(reach(optimized=record(definitions={"f": unit(reached=[])},
                                              executed={"f": {"digest": "d2", "lines": 3, "reached": []}})))
-    assert unreached.verdict_on("cpu") == UNREACHED and unreached.verdict == UNREACHED
+    assert unreached.verdict_on("cpu") == TargetVerdict.UNREACHED and unreached.verdict == TargetVerdict.UNREACHED
     assert unreached.unreached_devices() == ["cpu"]
     # Unreached outranks same-code: a side that ran none of the claims says nothing either way.
     both = entry(reach(legacy=record(definitions={"f": unit(reached=[])})), same_code="same text")
-    assert both.verdict_on("cpu") == UNREACHED
+    assert both.verdict_on("cpu") == TargetVerdict.UNREACHED
 
 
 def test_a_failure_or_no_example_outranks_reach():
@@ -273,14 +273,14 @@ def test_a_failure_or_no_example_outranks_reach():
                       mismatches=({"path": "out", "what": "values", "detail": "1 != 2"},))
     assert entry(never, failures=(failure,)).verdict_on("cpu") == "divergence"
     assert entry(reach(), failures=(failure,)).verdict_on("cpu") == "divergence"
-    assert entry(never, examples=0).verdict_on("cpu") == UNTESTED
+    assert entry(never, examples=0).verdict_on("cpu") == TargetVerdict.UNTESTED
 
 
 def test_reach_is_per_device():
     two = {"cpu": differing()["cpu"], "cuda": reach(legacy=record(definitions={"f": unit(reached=[])}))["cpu"]}
     e = entry(two, devices=("cpu", "cuda"))
-    assert e.verdict_on("cpu") == "agree" and e.verdict_on("cuda") == UNREACHED
-    assert e.verdict == UNREACHED and e.unreached_devices() == ["cuda"]
+    assert e.verdict_on("cpu") == "agree" and e.verdict_on("cuda") == TargetVerdict.UNREACHED
+    assert e.verdict == TargetVerdict.UNREACHED and e.unreached_devices() == ["cuda"]
 
 
 def test_exit_codes_unreached_3_same_code_0():
@@ -314,7 +314,7 @@ def test_the_report_renders_same_code_and_unreached():
 
     same, unreached = entry(reach()), dataclasses.replace(
         entry(reach(legacy=record(definitions={"f": unit(reached=[])}))), name="u")
-    assert target_outcome(same) == SAME_CODE and target_outcome(unreached) == UNREACHED
+    assert target_outcome(same) == TargetVerdict.SAME_CODE and target_outcome(unreached) == TargetVerdict.UNREACHED
     assert reach_column(unreached, "cpu") == "0%/66%" and reach_column(entry(), "cpu") == "-"
     assert summary_rows([same])[1][-1] == "66%/66%"
     line = closing_line(Report((same, unreached)))
@@ -418,7 +418,7 @@ def test_the_measured_entry_survives_json(measured):
 def test_static_same_code_only_where_the_copies_are_identical(measured):
     same = measured["async-tensor-h2d"]
     assert same.same_code and "same code" in same.same_code and "async_tensor_h2d" in same.same_code
-    assert same.verdict_on("cpu") == SAME_CODE and Report((same,)).exit_code() == 0
+    assert same.verdict_on("cpu") == TargetVerdict.SAME_CODE and Report((same,)).exit_code() == 0
     assert data.same_code(same.reach["cpu"])  # the measurement agrees: both ran the same digests
     assert measured["fla-chunk-offsets"].same_code is None and measured["paddleocr-encoder"].same_code is None
 
@@ -456,7 +456,7 @@ def test_a_planted_claim_never_called_is_not_entered(no_other_tracer):
         assert "prepare_chunk_indices" not in rec["executed"]
         assert "prepare_chunk_offsets" in rec["executed"]  # what did run
         assert data.unreached(rec) == ["prepare_chunk_indices"]
-    assert got.verdict_on("cpu") == UNREACHED and Report((got,)).exit_code() == 3
+    assert got.verdict_on("cpu") == TargetVerdict.UNREACHED and Report((got,)).exit_code() == 3
 
 
 def test_a_planted_class_claim_is_entered_through_its_methods(no_other_tracer):

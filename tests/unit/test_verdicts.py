@@ -15,7 +15,6 @@ from fuzz.oracles.compare import compare_values
 from fuzz.records.verdicts import (
     EXAMPLE_VERDICTS,
     SEVERITY,
-    SKIPPED,
     TARGET_VERDICTS,
     Mismatch,
     TargetVerdict,
@@ -41,7 +40,7 @@ def test_every_example_verdict_has_exactly_one_severity() -> None:
 
 def test_target_verdicts_extend_the_example_verdicts() -> None:
     assert {v.value for v in Verdict} < {v.value for v in TargetVerdict} == TARGET_VERDICTS
-    assert SKIPPED is TargetVerdict.SKIPPED and SKIPPED == "skipped"
+    assert TargetVerdict.SKIPPED is TargetVerdict.SKIPPED and TargetVerdict.SKIPPED == "skipped"
 
 
 def test_the_doc_table_states_the_severity_order() -> None:
