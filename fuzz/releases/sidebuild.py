@@ -74,12 +74,27 @@ def _header_index(lines: Sequence[str]) -> int:
 
 def _find(files: Sequence[UpstreamFile], qualname: str, kind: str,
           prefer: str | None = None) -> tuple[UpstreamFile, Span] | None:
+    """The definition of ``qualname``: its implementation, never a ``typing.overload`` stub before it
+    (``json_map_leaves`` in vllm/utils/jsontree.py has three): the stubs are signatures only, and merging the
+    copy's implementation onto one conflicts with every line the copy adapts."""
     ordered = sorted(files, key=lambda f: f.path != prefer)
     for f in ordered:
-        for span in f.spans.get(qualname, []):
-            if span.kind == kind:
-                return f, span
+        spans = [span for span in f.spans.get(qualname, []) if span.kind == kind]
+        real = [span for span in spans if not _is_overload_stub(f, span)]
+        if real or spans:
+            return f, (real or spans)[0]
     return None
+
+
+def _is_overload_stub(f: UpstreamFile, span: Span) -> bool:
+    """Whether the definition at ``span`` (its decorators first) is decorated ``@overload``."""
+    for line in f.lines[span.start - 1:span.end]:
+        stripped = line.strip()
+        if not stripped.startswith("@"):
+            return False
+        if stripped in ("@overload", "@typing.overload", "@t.overload"):
+            return True
+    return False
 
 
 def _class_shape(f: UpstreamFile, span: Span) -> str:
