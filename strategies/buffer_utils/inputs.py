@@ -104,16 +104,26 @@ def value_form(values: list, form: str, dtype: str, by_reference: bool) -> Any:
 
 
 @contextmanager
-def platform(module: Any, uva: bool) -> Iterator[None]:
-    """Build buffers as on a platform with (``uva``) or without UVA: the side module's
-    ``is_uva_available`` (a name buffer_utils.py imports, the copies' stand-in or vllm's) answers
-    ``uva`` inside. ``UvaBufferPool`` picks its buffer class once, in ``__init__``."""
-    before = module.is_uva_available
+def platform(module: Any, uva: bool, device: str) -> Iterator[None]:
+    """Build and use buffers as on a platform with (``uva``) or without UVA, for ``device``: the side
+    module's ``is_uva_available`` (a name buffer_utils.py imports, the copies' stand-in or vllm's) answers
+    ``uva`` inside (``UvaBufferPool`` picks its buffer class once, in ``__init__``). A CPU run pins nothing,
+    as on vllm's CPU platform, even where CUDA is present: a pinned buffer's UVA view is a CUDA tensor, and a
+    CPU run's thunk does not wait for the GPU reading it (the H100 run of 2026-12-06d: every CPU example of
+    these targets raced its own clone of the view)."""
+    saved = {name: getattr(module, name) for name in ("is_uva_available", "is_pin_memory_available", "PIN_MEMORY")
+             if hasattr(module, name)}
     module.is_uva_available = lambda: uva
+    if torch.device(device).type != "cuda":
+        if "is_pin_memory_available" in saved:
+            module.is_pin_memory_available = lambda: False
+        if "PIN_MEMORY" in saved:
+            module.PIN_MEMORY = False
     try:
         yield
     finally:
-        module.is_uva_available = before
+        for name, value in saved.items():
+            setattr(module, name, value)
 
 
 def engine_wait(device: str) -> None:
@@ -203,16 +213,11 @@ class StagedWriteInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _staged_write_specs(available, contract)
 
-    def runs_on(self, spec: dict, device: str) -> bool:
-        # With CUDA present the UVA stand-in's views are CUDA tensors (vllm's too): a CPU tensor
-        # written from them mixes devices, as no vllm platform does.
-        return device == "cuda" or not torch.cuda.is_available()
-
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         cls = impl.owner
         dtype = DTYPES[spec["dtype"]]
         size = spec["rows"] if spec["cols"] is None else (spec["rows"], spec["cols"])
-        with platform(impl.module, spec["uva"]):
+        with platform(impl.module, spec["uva"], spec["device"]):
             tensor = cls(size, dtype, torch.device(spec["device"]), max_concurrency=spec["max_concurrency"],
                          uva_instead_of_gpu=spec["uva_instead_of_gpu"])
         by_reference = hasattr(cls, "_staged_chunks")  # 0.34.0 on: arrays staged by reference
@@ -230,6 +235,10 @@ class StagedWriteInputs:
         apply_write, device = impl.function, spec["device"]
 
         def call() -> dict[str, Any]:
+            with platform(impl.module, spec["uva"], device):
+                return run_steps()
+
+        def run_steps() -> dict[str, Any]:
             snapshots = []
             for i, calls in enumerate(steps):
                 if i:
@@ -308,16 +317,17 @@ class PoolInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _pool_specs(available, contract)
 
-    def runs_on(self, spec: dict, device: str) -> bool:
-        return device == "cuda" or not torch.cuda.is_available()
-
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
-        with platform(impl.module, spec["uva"]):
+        with platform(impl.module, spec["uva"], spec["device"]):
             pool = impl.owner(spec["size"], DTYPES[spec["dtype"]], spec["max_concurrency"])
         inputs = [_pool_input(pool_values(spec, c), c["form"]) for c in spec["calls"]]
         copy_to_uva, device, depth = impl.function, spec["device"], max_concurrency_of(spec)
 
         def call() -> dict[str, Any]:
+            with platform(impl.module, spec["uva"], device):
+                return run_calls()
+
+        def run_calls() -> dict[str, Any]:
             views, returned = [], []
             for i, x in enumerate(inputs):
                 if i:
@@ -375,12 +385,9 @@ class FusedInputs:
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
         return _fused_specs(available, contract)
 
-    def runs_on(self, spec: dict, device: str) -> bool:
-        return device == "cuda" or not torch.cuda.is_available()
-
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         device = torch.device(spec["device"])
-        with platform(impl.module, spec["uva"]):
+        with platform(impl.module, spec["uva"], spec["device"]):
             tensors = [impl.module.StagedWriteTensor((spec["rows"], width), dtype=torch.int32, device=device)
                        for width in spec["cols"]]
             writer = impl.owner(device, len(tensors) * spec["rows"])
@@ -392,6 +399,10 @@ class FusedInputs:
         apply = impl.function
 
         def call() -> dict[str, Any]:
+            with platform(impl.module, spec["uva"], spec["device"]):
+                return run_steps()
+
+        def run_steps() -> dict[str, Any]:
             snapshots = []
             for i, writes in enumerate(steps):
                 if i:

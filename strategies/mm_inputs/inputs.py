@@ -146,11 +146,12 @@ def call_arguments(spec: dict) -> tuple[bool, Any, bool]:
     raise HarnessError(f"unknown placement {placement!r}")
 
 
-def _placements(available: Sequence[str], wide: bool) -> st.SearchStrategy[str]:
+def _placements(device: str, wide: bool) -> st.SearchStrategy[str]:
+    """The placements for a spec drawn for ``device``: pinning needs CUDA, so ``pin_no_device`` is drawn for
+    CUDA specs only (``runs_on`` refuses it on the CPU; a spec always runs on the device it was drawn for)."""
     if not wide:
         return CALLER_PLACEMENTS
-    cuda = any(d.startswith("cuda") for d in available)
-    return CUDA_WIDE_PLACEMENTS if cuda else WIDE_PLACEMENTS  # pinning needs CUDA
+    return CUDA_WIDE_PLACEMENTS if device.startswith("cuda") else WIDE_PLACEMENTS
 
 
 @st.composite
@@ -181,7 +182,7 @@ def _batched_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> 
         "device": device,
         "field": "batched",
         "form": form,
-        "placement": draw(_placements(available, wide)),
+        "placement": draw(_placements(device, wide)),
         "elems_on": draw(ELEMS_ON),
         "dtype": draw(DTYPE_NAMES),
         "layout": draw(WIDE_LAYOUTS if wide else CALLER_LAYOUTS),
@@ -218,7 +219,7 @@ def _flat_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dic
         "field": "flat",
         "form": form,
         "dim": dim,
-        "placement": draw(_placements(available, wide)),
+        "placement": draw(_placements(device, wide)),
         "elems_on": draw(ELEMS_ON),
         "dtype": draw(DTYPE_NAMES),
         "layout": draw(WIDE_LAYOUTS if wide else CALLER_LAYOUTS),

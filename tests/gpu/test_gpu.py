@@ -142,8 +142,11 @@ def test_stress_mode_catches_the_reused_staging_buffer_on_cuda():
 @pytest.mark.parametrize("name", sorted(t.name for t in TARGETS))
 def test_real_copies_pass_under_stress_on_cuda(name):
     outcome = fuzz(BY_NAME[name], devices=("cuda",), max_examples=50, stress=True)
-    # Stress judges values only (no sync verdicts), so any failure here is a real hazard.
-    assert not outcome.failures, [(f.verdict, f.spec, f.mismatches) for f in outcome.failures]
+    # Stress judges values only (no sync verdicts), so any failure here is a real hazard, unless it is a
+    # documented finding of the copies themselves (F20: idefics2's ties are there with or without stress).
+    (marked,) = mark_known([outcome.entry()], load_known_issues(ROOT / "known-issues.json"), "caller")
+    new = [(f.verdict, f.input, f.mismatches) for f in marked.failures if not f.known]
+    assert not new, new
 
 
 def test_empty_pinned_list_is_not_a_hidden_sync():
