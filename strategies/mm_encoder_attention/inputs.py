@@ -92,7 +92,10 @@ class SeqLensInputs:
 
         def call() -> dict[str, Any]:
             out = compute(backend, cu_seqlens, device)
-            after = cu_seqlens if isinstance(cu_seqlens, torch.Tensor) else torch.from_numpy(cu_seqlens)
+            # A copy taken as the call returns: it shows whatever the call did to the caller's array, and the
+            # caller may rewrite the array afterwards (--stress does): returning the array itself made the
+            # stress poison look like the optimized side's output (the H100 run of 2026-12-06d).
+            after = (cu_seqlens if isinstance(cu_seqlens, torch.Tensor) else torch.from_numpy(cu_seqlens)).clone()
             return {"seq_lens": out, "cu_seqlens": after}
 
         return call

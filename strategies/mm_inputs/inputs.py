@@ -278,7 +278,9 @@ class _ReduceDataInputs:
                 "out": out,
                 "pinned": _map(lambda t: bool(t.is_cpu and t.is_pinned()), out),
                 "aliases_item": _map(lambda t: bool(t.numel()) and t.untyped_storage().data_ptr() in storages, out),
-                "items": sources,
+                # The items as the call left them, copied as it returns: the caller (the processor cache) may
+                # rewrite them afterwards (--stress does); an output aliasing them still shows (``out``).
+                "items": _map(lambda t: t.clone(), sources),
             }
 
         return call
