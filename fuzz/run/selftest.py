@@ -243,8 +243,28 @@ def _is_equivalent(target: Target, mutant: Mutant, equivalents: list[dict], devi
     return None
 
 
+def baseline_failure(target: Target, options: RunConfig) -> str | None:
+    """Why the unmutated target already fails under ``options`` (None: it does not). A mutant is counted as
+    killed by any failure, so where the copies themselves differ (a known finding, F20) every mutant would be
+    "killed" by it and the kill rate would measure nothing: such a rate is not measured."""
+    outcome = fuzz_target(target, options, None)
+    if outcome.harness_error:
+        return f"the harness failed: {outcome.harness_error}"
+    if outcome.failures:
+        first = outcome.failures[0]
+        oracles = ", ".join(first.oracles) if first.oracles else first.verdict.value
+        return f"{first.verdict.value} on {first.spec.get('device', '?')} ({oracles})"
+    return None
+
+
 def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
                     limit: int | None = None, shared: bool = False) -> dict:
+    baseline = baseline_failure(target, options)
+    if baseline is not None:
+        count = sum(1 for number, _ in enumerate(mutants_of(target)) if limit is None or number < limit)
+        return {"target": target.name, "shared": shared, "mutants": count, "killed": 0, "equivalent": [],
+                "survived": [], "kill_rate": None, "baseline": baseline, "examples_to_kill": None,
+                "killed_by": {}, "kills": []}
     killed, survived, equivalent, to_kill = [], [], [], []
     killed_by: dict[str, int] = {}
     kills = []
@@ -278,4 +298,5 @@ def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
         # Which oracle's verdict killed each mutant (the first that flagged it), and every one that did.
         "killed_by": dict(sorted(killed_by.items(), key=lambda kv: -kv[1])),
         "kills": kills,
+        "baseline": None,  # the unmutated target passed: the kills are the mutants' own
     }

@@ -101,3 +101,20 @@ def test_shared_mutants_are_only_killed_by_the_target_s_own_oracles():
     for kill in result["kills"]:
         assert "differential" not in kill["oracles"], kill  # both sides run the same mutant
     assert result["killed"] >= 1, result["survived"]  # the invariants/reference see some of them
+
+
+def test_a_target_whose_copies_already_differ_has_no_kill_rate():
+    """Every mutant of a target whose unmutated copies already fail would count as killed (F20, F21 made the
+    shipped figures 67/67 and 6/6, lab/selftest/2026-12-06-issue43.md): its rate is not measured."""
+    import dataclasses
+
+    (target,) = lookup(["fla-chunk-offsets"])
+    # The legacy side replaced by another function of the same signature: the copies differ on every input.
+    broken = dataclasses.replace(target, legacy="legacy.fla_index:prepare_chunk_indices")
+    result = selftest_target(broken, RunConfig(devices=("cpu",), seed=0, max_examples=20), load_equivalents(),
+                             limit=3)
+    assert result["kill_rate"] is None and result["killed"] == 0 and result["mutants"] == 3
+    assert result["baseline"].startswith("divergence on cpu"), result["baseline"]
+    measured = selftest_target(target, RunConfig(devices=("cpu",), seed=0, max_examples=20), load_equivalents(),
+                               limit=1)
+    assert measured["baseline"] is None and measured["kill_rate"] is not None
