@@ -123,7 +123,7 @@ class Target:
 
     def allow_region(self) -> Any:
         """The ContextVar ``sync_allow_region`` names, resolved once per process; None when unnamed."""
-        return None if self.sync_allow_region is None else _resolved(self.sync_allow_region)
+        return None if self.sync_allow_region is None else resolve_cached(self.sync_allow_region)
 
     def input_model(self) -> InputModel:
         model = resolve_object(self.inputs)
@@ -181,7 +181,9 @@ def resolve_object(path: str) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def _resolved(path: str) -> Any:
+def resolve_cached(path: str) -> Any:
+    """``resolve_object`` once per path and process: the oracles and allow regions a record names are
+    resolved for every example."""
     return resolve_object(path)
 
 

@@ -28,12 +28,12 @@ names, and judging an example's outputs with it (fuzz.engine.execute.run_example
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fuzz.errors import HarnessError
 from fuzz.interface import Consumer, Invariant, Reference, per_spec  # noqa: F401 -- declared in the ground
 from fuzz.records.verdicts import Mismatch
+from fuzz.targets import resolve_cached
 
 if TYPE_CHECKING:
     from fuzz.oracles.outcome import SideResult
@@ -43,14 +43,6 @@ if TYPE_CHECKING:
 def oracle_name(path: str) -> str:
     """An invariant's name as reports show it: its function name."""
     return path.rpartition(":")[2].rpartition(".")[2]
-
-
-@functools.lru_cache(maxsize=None)
-def _resolve(path: str) -> Any:
-    """Once per path and process: this runs for every invariant of every example."""
-    from fuzz.targets import resolve_object
-
-    return resolve_object(path)
 
 
 def _one_line(text: str) -> str:
@@ -70,7 +62,7 @@ def check_invariants(target: Target, spec: dict, legacy: SideResult, optimized: 
     are tested never to make one raise (tests/unit/test_oracles_*.py)."""
     found = []
     for path in target.invariants:
-        check = _resolve(path)
+        check = resolve_cached(path)
         messages: dict[str, str] = {}
         for side, result in (("legacy", legacy), ("optimized", optimized)):
             if not result.ok or (identical and side == "legacy"):
@@ -102,7 +94,7 @@ def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: S
 
     if target.reference is None:
         return []
-    reference: Reference = _resolve(target.reference)
+    reference: Reference = resolve_cached(target.reference)
     if not isinstance(reference, Reference):
         raise HarnessError(f"{target.name}: reference {target.reference!r} is a {type(reference).__name__}, "
                            "not a fuzz.oracles.Reference")
@@ -136,4 +128,4 @@ def check_reference(target: Target, spec: dict, legacy: SideResult, optimized: S
 
 
 def consumer_of(target: Target) -> Consumer | None:
-    return None if target.consumer is None else _resolve(target.consumer)
+    return None if target.consumer is None else resolve_cached(target.consumer)

@@ -650,10 +650,6 @@ def target_names(root: Path) -> list[str]:
     return names
 
 
-def parse_refs(upstream: Sequence[str], also: Sequence[str]) -> list[tuple[str, str]]:
-    return [parse_ref(ref) for ref in upstream] + [parse_ref(ref, "--also") for ref in also]
-
-
 def _source_holding(version: str, files: Sequence[str], cache: Path) -> Source:
     """vllm ``version`` as new-target reads it: its source pack when the pack holds every file named (a new
     target's file is usually not in the packs yet), else its wheel (the cache, else pip)."""
@@ -679,8 +675,8 @@ def cmd_new_target(args: argparse.Namespace) -> int:
     given = {side_version(pair, side): open_source(getattr(args, f"{side}_source"), f"--{side}-source")
              for side in SIDES if getattr(args, f"{side}_source", None)}
     # Cheap refusals first: nothing is read or downloaded for a scaffold that cannot be written.
-    check_request(args.name, args.upstream, args.module, args.also, root, known)
-    files = sorted({path for path, _ in parse_refs(args.upstream, args.also)})
+    request = check_request(args.name, args.upstream, args.module, args.also, root, known)
+    files = sorted({path for path, _ in (*request.refs, *request.also)})
     sources = {version: given.get(version) or _source_holding(version, files, cache)
                for version in dict.fromkeys(pair)}
     result = plan(args.name, args.upstream, pair, sources, args.module, args.also, root, known)
