@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stress", action="store_true",
                      help="async-hazard stress: optimized side behind a sleeping CUDA stream, host inputs "
                           "poisoned as soon as it returns")
+    run.add_argument("--race", action="store_true",
+                     help="the race oracle (CUDA): each side also run held behind a sleeping stream while the host "
+                          "rewrites memory its pending copies use; a change the held run shows is a `race` "
+                          "(docs/verdicts.md#races)")
     run.add_argument("--upstream", action="store_true",
                      help="also run the real vllm function (vllm installed) and compare it with the optimized copy")
     run.add_argument("--legacy", default="copy", metavar="SIDE",
@@ -337,7 +341,7 @@ def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) ->
         targets=tuple(args.target), target_modules=tuple(plugin_modules()), devices=devices,
         coverage=bool(args.coverage), require_changes_covered=args.require_changes_covered,
         contract=args.contract, seed=seed, max_examples=args.max_examples, budget=args.budget,
-        corpus=args.corpus, stress=args.stress, upstream=args.upstream, confirm=args.confirm,
+        corpus=args.corpus, stress=args.stress, race=args.race, upstream=args.upstream, confirm=args.confirm,
         isolated=not args.in_process, example_timeout=args.example_timeout, max_restarts=args.max_restarts,
         workers=args.workers, pieces=args.pieces, shard=args.shard, profile=args.profile,
         legacy=args.legacy, optimized=args.optimized, sources=tuple(args.sources), sync_budget=args.sync_budget,

@@ -51,6 +51,7 @@ class RunConfig:
     budget: float | None = None  # wall-clock seconds shared by the run's items
     corpus: str | None = None  # Hypothesis database, failures/, journal/ (None: nothing saved)
     stress: bool = False  # async-hazard stress mode (fuzz/oracles/stress.py)
+    race: bool = False  # the race oracle on CUDA (fuzz/oracles/races.py, docs/verdicts.md#races)
     coverage: bool = False  # measure what each side ran (fuzz/reach/collect.py, docs/reach.md)
     # --require-changes-covered[=MODE] (docs/reach.md): False (not asked), True (the flag alone: the changed
     # definitions no target reached make the run incomplete, exit 3), "all" (also a changed branch no example

@@ -104,6 +104,10 @@ class Target:
     # regions (optimized/gpu_sync_debug.py): syncs made inside one are counted as allowed, deliberate
     # upstream syncs (docs/verdicts.md#syncs). None where the target's copies open no such region.
     sync_allow_region: str | None = None
+    # How many copies per call vLLM's CI copy check may reject on the optimized copy (docs/verdicts.md#copy-policy):
+    # None = 0 where the optimized copy's release already enforced the check (0.30.0 and later), else not judged
+    # by a budget, only relative to legacy (code written before the check existed).
+    copy_policy_budget: int | None = None
 
     def __post_init__(self) -> None:
         pair = tuple(self.versions)
@@ -162,6 +166,7 @@ class Target:
             "reference": self.reference,
             "consumer": self.consumer,
             "sync_allow_region": self.sync_allow_region,
+            "copy_policy_budget": self.copy_policy_budget,
             "files": self.files(),
         }
 

@@ -15,9 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def fuzz(target: Target, *, max_examples: int = 200, seed: int = 0, devices: tuple[str, ...] = ("cpu",),
-         contract: str = "caller", corpus: Path | None = None, stress: bool = False) -> TargetOutcome:
+         contract: str = "caller", corpus: Path | None = None, stress: bool = False,
+         race: bool = False) -> TargetOutcome:
     config = RunConfig(devices=devices, seed=seed, contract=contract, max_examples=max_examples,
-                       corpus=str(corpus) if corpus else None, target_modules=("tests.planted",), stress=stress)
+                       corpus=str(corpus) if corpus else None, target_modules=("tests.planted",), stress=stress,
+                       race=race)
     return fuzz_target(target, config)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -19,8 +20,9 @@ from fuzz.errors import FuzzError, HarnessError
 from fuzz.oracles import check_invariants, check_reference, consumer_of
 from fuzz.oracles.compare import differential, same_exactly
 from fuzz.oracles.outcome import Raised, SideResult
+from fuzz.oracles.races import run_held
 from fuzz.oracles.stress import call_under_stress
-from fuzz.oracles.syncrule import function_syncs
+from fuzz.oracles.syncrule import function_copy_policy, function_syncs
 from fuzz.oracles.syncs import consumer_reads, counting_syncs
 from fuzz.reach.collect import measuring
 from fuzz.records.model import failure_signature
@@ -94,14 +96,18 @@ def _raise_if_context_lost(side: str, exc: BaseException | None) -> None:
         raise CudaContextLost(side, Raised.of(late).message) from late
 
 
+def _input_form(impl: Any, side: str) -> str:
+    """A side rebuilt from a source takes its inputs in the form of the copy it was
+    rebuilt from (fuzz/releases/sides.py): --optimized vllm==0.27.1 gets legacy's inputs."""
+    return getattr(impl.module, FORM_ATTRIBUTE, side) if side in ("legacy", "optimized") else side
+
+
 def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> SideResult:
     impl = target.impl(side)
     # Each side gets its own copy of the spec: nothing a side (or --stress'
     # poisoning of host inputs) does may reach the spec that is saved and replayed.
     spec = copy.deepcopy(spec)
-    # A side rebuilt from a source takes its inputs in the form of the copy it was
-    # rebuilt from (fuzz/releases/sides.py): --optimized vllm==0.27.1 gets legacy's inputs.
-    form = getattr(impl.module, FORM_ATTRIBUTE, side) if side in ("legacy", "optimized") else side
+    form = _input_form(impl, side)
     on_cuda = spec["device"].startswith("cuda")
     result = SideResult()
     error: Exception | None = None
@@ -143,6 +149,7 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
         _raise_if_context_lost(side, error)
     if tally is not None:
         result.syncs, result.allowed_syncs, result.hidden_syncs = tally.total, tally.allowed, tally.hidden
+        result.policy = tally.policy
         if consumer is not None:
             result.consumer_syncs = tally.consumer
     return result
@@ -165,13 +172,14 @@ def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) 
                 for m in differences] if third.failed else []
 
     decision = judge_example(target, spec, legacy, optimized, config,
-                             real_vllm if config.upstream and target.upstream_impl else None)
+                             real_vllm if config.upstream and target.upstream_impl else None,
+                             race=config.race and spec["device"].startswith("cuda"))
     return ExampleResult(spec, decision.verdict, decision.mismatches, legacy, optimized, decision.oracles)
 
 
 def judge_example(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
                   config: RunConfig = DEFAULT_CONFIG,
-                  upstream: Callable[[], list[Mismatch]] | None = None) -> ExampleDecision:
+                  upstream: Callable[[], list[Mismatch]] | None = None, race: bool = False) -> ExampleDecision:
     """The example's verdict from its two sides' results: each oracle asked as fuzz.records.verdicts.decide_example
     says (the one place the precedence is written), with the target's comparison, its sync rule under
     ``config`` (fuzz/oracles/syncrule.py), and its invariants, reference and consumer (fuzz/oracles/)."""
@@ -184,6 +192,8 @@ def judge_example(target: Target, spec: dict, legacy: SideResult, optimized: Sid
     return decide_example(
         compared, legacy.ok and optimized.ok,
         sync=_staged("compare", lambda: function_syncs(target, spec, legacy, optimized, config)),
+        policy=_staged("compare", lambda: function_copy_policy(target, spec, legacy, optimized, config)),
+        race=_staged("race", lambda: race_finding(target, spec, legacy, optimized)) if race else list,
         invariants=_staged("oracles", lambda: check_invariants(target, spec, legacy, optimized, identical)),
         reference=_staged("oracles", lambda: check_reference(target, spec, legacy, optimized, identical)),
         consumer=_staged("oracles", lambda: _consumer_regression(legacy, optimized)),
@@ -207,3 +217,42 @@ def _consumer_regression(legacy: SideResult, optimized: SideResult) -> list[Mism
     return [Mismatch("consumer", "syncs", (
         f"the consumer's reads of the optimized output made {optimized.consumer_syncs} GPU<->CPU syncs, "
         f"of the legacy output {legacy.consumer_syncs}"))]
+
+
+def _held_side(target: Target, side: str, spec: dict):  # noqa: ANN202 -- a RacedRun
+    """``side`` run held (fuzz/oracles/races.py) on fresh inputs built from a copy of ``spec``."""
+    impl = target.impl(side)
+    form = _input_form(impl, side)
+    model = target.input_model()
+    with stage("materialize"):
+        return run_held(lambda: model.materialize(copy.deepcopy(spec), impl, form))
+
+
+def _raced(target: Target, quiet: SideResult, spec: dict, side: str) -> tuple[list[Mismatch], Any]:
+    """What changed in ``side``'s output when run held, against its quiet output; [] when nothing or when
+    the held run could not be shown sound (inconclusive)."""
+    held = _held_side(target, side, spec)
+    if not held.conclusive:
+        return [], held
+    raised = Raised.of(held.raised) if held.raised is not None else None
+    _, changes = differential(quiet, SideResult(value=held.value, raised=raised), target.comparison,
+                              labels=("quiet", "held"))
+    return changes, held
+
+
+def race_finding(target: Target, spec: dict, legacy: SideResult, optimized: SideResult) -> list[Mismatch]:
+    """The race oracle (``--race``, CUDA) on one example whose sides agree and both returned: the optimized
+    output changes when its call is held and the host does what a caller may do next, and legacy's does not
+    (fuzz/oracles/races.py). The mismatch names what changed and the copies' sites."""
+    changes, held = _raced(target, optimized, spec, "optimized")
+    if not changes:
+        return []
+    shared, _ = _raced(target, legacy, spec, "legacy")
+    if shared:
+        return []  # legacy races the same way: not the change's (relative, as syncs from sources are)
+    first = changes[0]
+    copies = "; ".join(held.sites[:6]) or "none seen (a copy from C++ or another thread?)"
+    return [Mismatch.at(first.parts, "race", (
+        f"held behind a sleeping stream, the optimized output changed ({first.what}: {first.detail}) once the "
+        f"host rewrote {held.poisoned} caller buffer(s) a pending copy read, ran the next call and poisoned "
+        f"copied-to-host results before their copies ran; legacy's did not. Copies: {copies}"))]

@@ -64,6 +64,8 @@ def summarize(value: Any, limit: int = 16) -> Any:
 def side_summary(side: SideResult) -> dict:
     out: dict[str, Any] = {"syncs": side.syncs, "allowed_syncs": side.allowed_syncs,
                            "hidden_syncs": side.hidden_syncs}
+    if side.policy:
+        out["copy_policy"] = list(side.policy)
     if side.raised:
         out["raised"] = {"type": side.raised.type_name, "message": side.raised.message}
     else:

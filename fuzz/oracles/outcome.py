@@ -34,6 +34,8 @@ class SideResult:
     allowed_syncs: int | None = None
     hidden_syncs: int | None = None
     consumer_syncs: int | None = None  # the consumer stand-in's reads of the output (fuzz/oracles/)
+    # The copies vLLM's CI copy check rejects, one line each with its site (CUDA only; fuzz/oracles/copypolicy.py).
+    policy: list[str] | None = None
 
     @property
     def ok(self) -> bool:

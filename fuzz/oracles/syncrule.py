@@ -165,3 +165,49 @@ def function_syncs(target: Target, spec: dict, legacy: SideResult, optimized: Si
         found = [Mismatch("", "syncs", relative_detail(rule, target, legacy.syncs, optimized.syncs, budget,
                                                        config.sync_budget, over_budget=bool(found)))]
     return found
+
+
+POLICY_RELEASE = (0, 30, 0)  # vLLM's CI copy check (#53491) arrived in 0.30.0 (fuzz/oracles/copypolicy.py)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in version.split(".")[:3])
+    except ValueError:  # "main" or a checkout: newer than any release
+        return (10**6,)
+
+
+def copy_policy_budget(target: Target) -> int | None:
+    """How many rejected copies per call the optimized copy may make by design: the target's declared
+    ``copy_policy_budget``, else 0 where the copy's release already ran vLLM's check (0.30.0+), else None (code
+    written before the check existed: judged relative to legacy only)."""
+    if target.copy_policy_budget is not None:
+        return target.copy_policy_budget
+    return 0 if _release(target.versions[1]) >= POLICY_RELEASE else None
+
+
+def function_copy_policy(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
+                         config: Any) -> list[Mismatch]:
+    """The copy-policy oracle on one example whose sides agree and both returned (CUDA only: on CPU no copy
+    reaches a GPU): the optimized side's copies that vLLM's CI check rejects (non_blocking, CPU side pageable
+    or not densely laid out; fuzz/oracles/copypolicy.py), judged as syncs are (``sync_rule``): by the
+    copy's budget (``copy_policy_budget``; where none is declared or implied, relative to legacy), and
+    relative to legacy where a side comes from a source. Under the wide contract the optimized side may make
+    as many as legacy. Fewer than legacy is never a failure."""
+    if optimized.policy is None or legacy.policy is None:
+        return []
+    made, before = len(optimized.policy), len(legacy.policy)
+    rule = sync_rule(target, config)
+    budget = copy_policy_budget(target) if judges_budget(rule) else None
+    if budget is not None and config.contract == "wide":
+        budget = max(budget, before)
+    over_budget = budget is not None and made > budget
+    over_legacy = (budget is None or judges_relative(rule)) and made > before
+    if not (over_budget or over_legacy):
+        return []
+    why = (f"its copy allows {budget} per call, legacy made {before}" if over_budget
+           else f"legacy made {before} on the same input")
+    lines = list(dict.fromkeys(optimized.policy))  # one line per site: a loop's copies say it once
+    shown = "; ".join(lines[:4]) + (f"; and {len(lines) - 4} more" if len(lines) > 4 else "")
+    return [Mismatch("copy policy", "copies", (
+        f"optimized made {made} non_blocking copies per call that vLLM's CI copy check rejects ({why}): {shown}"))]

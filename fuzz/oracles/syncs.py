@@ -37,9 +37,7 @@ call, so nothing is armed there (the run says so once).
 
 from __future__ import annotations
 
-import functools
 import os
-import sys
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -49,6 +47,10 @@ from typing import Any, Callable, Iterator
 import torch
 
 from fuzz.interface import consumer_reads, in_consumer_reads  # noqa: F401 -- consumer_reads: re-exported for the engine
+from fuzz.oracles.copypolicy import judge_call
+from fuzz.oracles.copywatch import CopyCall, CopyWatch, caller_site, non_blocking_flag
+
+_non_blocking = non_blocking_flag  # the name tests and probes know
 
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 # Largest pageable non_blocking H2D copy seen to return without waiting for
@@ -62,6 +64,9 @@ class SyncTally:
     hidden: int = 0  # non-blocking H2D copies from pageable memory
     hidden_sites: list[str] = field(default_factory=list)  # "file:line" of each, for people reading a report
     consumer: int = 0  # made by the consumer stand-in's reads of the output, not by the call (not in total)
+    # The call's copies vLLM's CI copy check rejects (fuzz/oracles/copypolicy.py), one line each with its site:
+    # not syncs (a pinned-memory rule, not a wait), judged apart by the copy-policy oracle (syncrule.py).
+    policy: list[str] = field(default_factory=list)
 
 
 def _pageable_host(tensor: Any) -> bool:
@@ -73,56 +78,19 @@ def _pageable_host(tensor: Any) -> bool:
             and tensor.numel() * tensor.element_size() > PAGEABLE_STAGED_BYTES and not tensor.is_pinned())
 
 
-_COPY_METHODS = ("to", "cuda", "copy_")
-
-
-def _non_blocking(args: tuple, kwargs: dict) -> bool:
-    """The ``non_blocking`` flag of a to/cuda/copy_ call: a keyword, or the
-    first bool after ``self`` (every overload puts it before ``copy``)."""
-    if "non_blocking" in kwargs:
-        return bool(kwargs["non_blocking"])
-    return next((a for a in args[1:] if isinstance(a, bool)), False)
-
-
-class _PageableAsyncCopies:
-    """Counts ``non_blocking=True`` host-to-device copies from pageable memory
-    by wrapping the three copy methods of ``torch.Tensor`` while armed (and
-    restoring them on exit, whatever the call raised)."""
+class _HiddenSyncs:
+    """Counts ``non_blocking=True`` host-to-device copies from pageable memory (a CopyWatch observer)."""
 
     def __init__(self, tally: SyncTally, allowed: Callable[[], bool]) -> None:
         self.tally = tally
         self.allowed = allowed
-        self._saved: dict[str, Any] = {}
 
-    def __enter__(self) -> "_PageableAsyncCopies":
-        # What torch.Tensor itself defines (None: inherited from TensorBase),
-        # so exit leaves the class exactly as it was.
-        self._saved = {name: torch.Tensor.__dict__.get(name) for name in _COPY_METHODS}
-        for name in _COPY_METHODS:
-            setattr(torch.Tensor, name, self._counting(name, getattr(torch.Tensor, name)))
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for name, saved in self._saved.items():
-            if saved is None:
-                delattr(torch.Tensor, name)
-            else:
-                setattr(torch.Tensor, name, saved)
-
-    def _counting(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            result = method(*args, **kwargs)
-            if _non_blocking(args, kwargs):
-                if name == "copy_":
-                    source, target = (args[1] if len(args) > 1 else kwargs.get("src")), args[0]
-                else:
-                    source, target = args[0], result
-                if isinstance(target, torch.Tensor) and target.device.type == "cuda" and _pageable_host(source):
-                    self._count()
-            return result
-
-        return counted
+    def copied(self, call: CopyCall) -> None:
+        if not call.non_blocking:
+            return
+        target = call.destination
+        if isinstance(target, torch.Tensor) and target.device.type == "cuda" and _pageable_host(call.source):
+            self._count()
 
     def _count(self) -> None:
         if in_consumer_reads():
@@ -130,17 +98,35 @@ class _PageableAsyncCopies:
             return
         self.tally.total += 1
         self.tally.hidden += 1
-        self.tally.hidden_sites.append(_caller_site())
+        self.tally.hidden_sites.append(caller_site(3))
         if self.allowed():
             self.tally.allowed += 1
 
 
+class _CopyPolicy:
+    """Lists the copies vLLM's CI copy check rejects (fuzz/oracles/copypolicy.py), as vLLM reports them: outside
+    ``gpu_sync_allowed()`` regions. The consumer stand-in's copies are the harness', not the function's."""
+
+    def __init__(self, tally: SyncTally, allowed: Callable[[], bool]) -> None:
+        self.tally = tally
+        self.allowed = allowed
+
+    def copied(self, call: CopyCall) -> None:
+        if not call.non_blocking or in_consumer_reads() or self.allowed():
+            return
+        reason = judge_call(call.method, call.args, call.kwargs)
+        if reason is not None:
+            self.tally.policy.append(f"{reason} at {caller_site(3)}")
+
+
+def _PageableAsyncCopies(tally: SyncTally, allowed: Callable[[], bool]) -> CopyWatch:
+    """The hidden-sync counter and the copy policy armed over the copy methods (one CopyWatch)."""
+    return CopyWatch([_HiddenSyncs(tally, allowed), _CopyPolicy(tally, allowed)])
+
+
 def _caller_site() -> str:
-    """The first frame outside torch and this module: the line that copied."""
-    frame = sys._getframe(2)
-    while frame is not None and ("/torch/" in frame.f_code.co_filename or frame.f_code.co_filename == __file__):
-        frame = frame.f_back
-    return "?" if frame is None else "/".join(frame.f_code.co_filename.rsplit("/", 2)[-2:]) + f":{frame.f_lineno}"
+    """The line that copied, seen from a wrapper one frame below the copy (kept for the probes in scripts/)."""
+    return caller_site(3)
 
 
 @contextmanager

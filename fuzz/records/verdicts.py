@@ -44,6 +44,8 @@ class Verdict(_PlainValue):
     UPSTREAM_DIVERGENCE = "upstream-divergence", 2
     INVARIANT_VIOLATION = "invariant-violation", 3
     REFERENCE_DIVERGENCE = "reference-divergence", 3
+    RACE = "race", 3  # a pending copy read or wrote host memory the host changed (fuzz/oracles/races.py)
+    COPY_POLICY = "copy-policy", 1  # a non_blocking copy vLLM's CI copy check rejects (fuzz/oracles/copypolicy.py)
 
     severity: int
 
@@ -147,9 +149,14 @@ class ExampleDecision:
     oracles: tuple[str, ...]  # every oracle that flagged the example (docs/verdicts.md#oracles)
 
 
+def _nothing() -> list[Mismatch]:
+    return []
+
+
 def decide_example(differential: tuple[Verdict, list[Mismatch]], both_returned: bool, *, sync: Finding,
                    invariants: Finding, reference: Finding, consumer: Finding,
-                   upstream: Finding | None = None) -> ExampleDecision:
+                   upstream: Finding | None = None, race: Finding = _nothing,
+                   policy: Finding = _nothing) -> ExampleDecision:
     """One example's verdict from what each oracle found: the one place the precedence is written.
 
     ``differential`` is the two sides compared (fuzz.oracles.compare.differential: agree, divergence or
@@ -158,15 +165,19 @@ def decide_example(differential: tuple[Verdict, list[Mismatch]], both_returned: 
     1. divergence / error-mismatch -- the sides differ, so what they share is moot;
     2. invariant-violation -- an invariant (fuzz/oracles/) fails on a side's output;
     3. reference-divergence -- the sides agree with each other, not with the reference;
-    4. sync-regression -- the function's syncs, by the target's sync rule (fuzz/oracles/syncrule.py);
-    5. sync-regression -- the consumer's reads of the optimized output sync more than of legacy's;
-    6. upstream-divergence -- under ``--upstream``, the optimized copy and the real vllm function differ;
-    7. agree.
+    4. race -- under ``--race``, the optimized output changes when the host rewrites memory a pending
+       copy still reads or writes, and legacy's does not (fuzz/oracles/races.py);
+    5. sync-regression -- the function's syncs, by the target's sync rule (fuzz/oracles/syncrule.py);
+    6. copy-policy -- copies vLLM's CI copy check rejects, by the same rule (fuzz/oracles/copypolicy.py);
+    7. sync-regression -- the consumer's reads of the optimized output sync more than of legacy's;
+    8. upstream-divergence -- under ``--upstream``, the optimized copy and the real vllm function differ;
+    9. agree.
 
     Invariants are asked of every example (their names are listed even under a divergence); the sync
-    rule, the reference and the consumer only where the sides agree and both returned; ``upstream`` only
-    where nothing else failed. ``oracles`` names each that flagged the example, in that order of asking
-    ("differential", "sync", "invariant NAME", "reference", "consumer-sync"; "upstream" alone).
+    rule, the copy policy, the race run, the reference and the consumer only where the sides agree and
+    both returned; ``upstream`` only where nothing else failed. ``oracles`` names each that flagged the
+    example, in that order of asking ("differential", "sync", "copy-policy", "invariant NAME", "reference",
+    "race", "consumer-sync"; "upstream" alone).
     """
     verdict, mismatches = differential
     agreeing = not verdict.failed
@@ -176,6 +187,11 @@ def decide_example(differential: tuple[Verdict, list[Mismatch]], both_returned: 
         if syncs:
             verdict, mismatches = Verdict.SYNC_REGRESSION, syncs
             flagged.append("sync")
+        rejected = policy()
+        if rejected:
+            flagged.append("copy-policy")
+            if verdict is Verdict.AGREE:
+                verdict, mismatches = Verdict.COPY_POLICY, rejected
     violated = invariants()
     flagged += [m.path for m in violated]
     if agreeing and violated:
@@ -184,8 +200,13 @@ def decide_example(differential: tuple[Verdict, list[Mismatch]], both_returned: 
         differs = reference()
         if differs:
             flagged.append("reference")
-            if verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION):
+            if verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION, Verdict.COPY_POLICY):
                 verdict, mismatches = Verdict.REFERENCE_DIVERGENCE, differs
+        raced = race()
+        if raced:
+            flagged.append("race")
+            if verdict in (Verdict.AGREE, Verdict.SYNC_REGRESSION, Verdict.COPY_POLICY):
+                verdict, mismatches = Verdict.RACE, raced
         reads = consumer()
         if reads:
             flagged.append("consumer-sync")

@@ -31,7 +31,7 @@ from fuzz.records.model import ReportError
 
 # RunConfig fields that decide which items a run plans and what each computes.
 PLAN_FIELDS = ("targets", "target_modules", "devices", "contract", "seed", "max_examples", "budget", "pieces",
-               "stress", "upstream", "sync_budget", "coverage", "require_changes_covered")
+               "stress", "race", "upstream", "sync_budget", "coverage", "require_changes_covered")
 # What a side's identity says about its code; not where it was read ("from") nor a checkout's path,
 # which differ between hosts running the same code.
 SIDE_CODE_KEYS = ("kind", "version", "code_sha256", "files_sha256")

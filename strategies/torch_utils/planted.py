@@ -60,3 +60,47 @@ WIDE_BUGS = [
           "    return out.t().contiguous().t() if out.dim() == 2 else out",
           "2-D data comes back column-major: same values, another layout for the caller's .view() or kernel"),
 ]
+
+
+# ---- races and the copy policy (fuzz/oracles/races.py, copypolicy.py; CUDA only: on CPU no copy is asynchronous)
+
+_FRESH_PINNED = '        t = torch.tensor(data, dtype=dtype, pin_memory=PIN_MEMORY, device="cpu")'
+_ENQUEUE = "    return t.to(device=device, dtype=dtype, non_blocking=True)"
+
+RACE_BUGS = [
+    Plant("planted-race-h2d-shared-scratch", "async-tensor-h2d", "optimized.torch_utils", _FRESH_PINNED,
+          '        fresh = torch.tensor(data, dtype=dtype, device="cpu")\n'
+          '        scratch = async_tensor_h2d.__dict__.setdefault("scratch", {})\n'
+          '        buf = scratch.get(fresh.dtype)\n'
+          '        if buf is None or buf.numel() < fresh.numel():\n'
+          '            buf = scratch[fresh.dtype] = torch.empty(max(fresh.numel(), 4096), dtype=fresh.dtype,\n'
+          '                                                      pin_memory=PIN_MEMORY)\n'
+          '        t = buf[: fresh.numel()].view(fresh.shape)\n'
+          '        t.copy_(fresh)',
+          "lists staged through one pinned scratch the next call rewrites while this call's copy may be pending "
+          "(vLLM #24527, #31373): a staging buffer reused before its copy ran"),
+    Plant("planted-race-h2d-staging-rewritten", "async-tensor-h2d", "optimized.torch_utils", _ENQUEUE,
+          "    out = t.to(device=device, dtype=dtype, non_blocking=True)\n"
+          "    if isinstance(data, list) and out.device.type != \"cpu\":\n"
+          "        t.fill_(0)  # the staging tensor recycled at once, before the pending copy read it\n"
+          "    return out",
+          "the function rewrites its own pinned staging tensor right after enqueueing the copy from it"),
+]
+
+RACE_BENIGN = [
+    Plant("benign-race-h2d-pinned-after-build", "async-tensor-h2d", "optimized.torch_utils", _FRESH_PINNED,
+          '        t = torch.tensor(data, dtype=dtype, device="cpu")\n'
+          "        t = t.pin_memory() if PIN_MEMORY else t",
+          "a fresh pinned tensor per call, pinned after it is built: nothing the next call touches"),
+]
+
+POLICY_BUGS = [
+    Plant("planted-policy-h2d-pageable-tensor", "async-tensor-h2d", "optimized.torch_utils",
+          "        t = data.pin_memory() if PIN_MEMORY else data", "        t = data",
+          "a pageable caller tensor copied non_blocking as it is: vLLM's CI copy check rejects it (not pinned)"),
+    Plant("planted-policy-h2d-strided-staging", "async-tensor-h2d", "optimized.torch_utils", _FRESH_PINNED,
+          '        fresh = torch.tensor(data, dtype=dtype, device="cpu")\n'
+          "        t = torch.empty((*fresh.shape, 2), dtype=fresh.dtype, pin_memory=PIN_MEMORY)[..., 0]\n"
+          "        t.copy_(fresh)",
+          "pinned staging with a gap between elements: vLLM's CI copy check rejects it (not densely laid out)"),
+]

@@ -105,4 +105,7 @@ class CopyToGpuInputs:
             out = copy_to_gpu(buffer) if n is None else copy_to_gpu(buffer, n)
             return {"returned": out, "gpu": buffer.gpu, "cpu": buffer.cpu.clone()}
 
+        # The runner rewrites the buffer's host rows (.np / .cpu) for its next step once the call returned, maybe
+        # before this step's copy ran under async scheduling (vLLM #24527, #31373): the race oracle may too.
+        call.caller_owned = (buffer,)  # type: ignore[attr-defined]
         return call

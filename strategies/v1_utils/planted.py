@@ -34,9 +34,17 @@ BENIGN = [
           "        if n is not None:\n            cpu, gpu = cpu[:n], gpu[:n]\n",
           "        cpu, gpu = cpu[:n], gpu[:n]\n",
           "x[:None] is all of x: the None branch is not needed"),
-    Plant("benign-copy-to-gpu-unpinned", "cpu-gpu-buffer-copy-to-gpu", _OPT,
+    Plant("benign-copy-to-gpu-fresh-snapshot", "cpu-gpu-buffer-copy-to-gpu", _OPT,
+          "cpu.pin_memory() if PIN_MEMORY else cpu", "(cpu.clone().pin_memory() if PIN_MEMORY else cpu)",
+          "a fresh pinned snapshot even of a pinned buffer: the caller may rewrite its rows at once"),
+]
+
+# The 0.29.0 pageable copy was a benign refactor until the copy policy: values are the same, but vLLM's CI copy
+# check (0.30.0+, fuzz/oracles/copypolicy.py) rejects a non_blocking copy from pageable memory.
+POLICY_BUGS = [
+    Plant("planted-policy-copy-to-gpu-unpinned", "cpu-gpu-buffer-copy-to-gpu", _OPT,
           "cpu.pin_memory() if PIN_MEMORY else cpu", "cpu",
-          "the 0.29.0 pageable copy: values are the same, only the copy's asynchrony differs"),
+          "the 0.29.0 pageable copy of a buffer built with pin_memory=False: rejected by vLLM's CI copy check"),
 ]
 
 SHARED_BUGS = [

@@ -2,7 +2,8 @@
 
 Each target lists its plants beside its other code, in ``strategies/<module>/planted.py``: ``BUGS``
 (one-edit mutants the fuzzer must report), ``BENIGN`` (refactors it must pass), ``SYNC_BUGS`` (only the
-CUDA sync oracle sees them), ``STRESS_BUGS`` (only ``--stress``), ``SHARED_BUGS`` (one bug planted in both
+CUDA sync oracle sees them), ``STRESS_BUGS`` (only ``--stress``), ``RACE_BUGS`` / ``RACE_BENIGN`` (races only
+``--race`` sees on CUDA, and their safe twins), ``POLICY_BUGS`` (copies vLLM's CI copy check rejects: CUDA), ``SHARED_BUGS`` (one bug planted in both
 copies at once, which only a target's invariants or reference can see) and ``WIDE_BUGS`` (only on inputs
 the caller model never draws). The records are ``Plant`` / ``SharedPlant`` (fuzz/plants.py). Registered
 for the CLI and for replay with ``SYNCFUZZ_TARGET_MODULES=tests.planted``: importing this package builds
@@ -34,5 +35,9 @@ BENIGN: list[Plant] = _all("BENIGN")
 SHARED_BUGS: list[SharedPlant] = _all("SHARED_BUGS")
 SYNC_BUGS: list[Plant] = _all("SYNC_BUGS")
 STRESS_BUGS: list[Plant] = _all("STRESS_BUGS")
+RACE_BUGS: list[Plant] = _all("RACE_BUGS")
+RACE_BENIGN: list[Plant] = _all("RACE_BENIGN")
+POLICY_BUGS: list[Plant] = _all("POLICY_BUGS")
 WIDE_BUGS: list[Plant] = _all("WIDE_BUGS")  # fuzzed under --contract wide by their own tests, not registered
-TARGETS = [plant.target() for plant in [*BUGS, *BENIGN, *SYNC_BUGS, *STRESS_BUGS, *SHARED_BUGS]]
+TARGETS = [plant.target() for plant in [*BUGS, *BENIGN, *SYNC_BUGS, *STRESS_BUGS, *RACE_BUGS, *RACE_BENIGN,
+                                        *POLICY_BUGS, *SHARED_BUGS]]

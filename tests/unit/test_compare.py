@@ -89,10 +89,13 @@ def test_verdict_rules(name):
 def test_severity_orders_the_verdicts():
     ordered = [v for v in sorted(Verdict, key=lambda v: v.severity)
                if v not in (Verdict.CRASH, Verdict.HANG, Verdict.UPSTREAM_DIVERGENCE, Verdict.INVARIANT_VIOLATION,
-                            Verdict.REFERENCE_DIVERGENCE)]
+                            Verdict.REFERENCE_DIVERGENCE, Verdict.RACE, Verdict.COPY_POLICY)]
     assert ordered == [Verdict.AGREE, Verdict.SYNC_REGRESSION, Verdict.ERROR_MISMATCH, Verdict.DIVERGENCE]
     # A wrong answer both copies share is as serious as one they disagree on.
     assert Verdict.INVARIANT_VIOLATION.severity == Verdict.REFERENCE_DIVERGENCE.severity == Verdict.DIVERGENCE.severity
+    # A race corrupts values as a divergence does; a rejected copy costs what a sync does (a stalled host).
+    assert Verdict.RACE.severity == Verdict.DIVERGENCE.severity
+    assert Verdict.COPY_POLICY.severity == Verdict.SYNC_REGRESSION.severity
     assert Verdict.CRASH.severity == Verdict.HANG.severity > Verdict.DIVERGENCE.severity
     assert Verdict.SYNC_REGRESSION.severity < Verdict.UPSTREAM_DIVERGENCE.severity < Verdict.DIVERGENCE.severity
 
