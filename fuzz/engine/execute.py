@@ -192,7 +192,7 @@ def judge_example(target: Target, spec: dict, legacy: SideResult, optimized: Sid
     return decide_example(
         compared, legacy.ok and optimized.ok,
         sync=_staged("compare", lambda: function_syncs(target, spec, legacy, optimized, config)),
-        policy=_staged("compare", lambda: function_copy_policy(target, spec, legacy, optimized, config)),
+        policy=lambda: function_copy_policy(target, spec, legacy, optimized, config),  # a count: not a stage
         race=_staged("race", lambda: race_finding(target, spec, legacy, optimized)) if race else list,
         invariants=_staged("oracles", lambda: check_invariants(target, spec, legacy, optimized, identical)),
         reference=_staged("oracles", lambda: check_reference(target, spec, legacy, optimized, identical)),
