@@ -1,7 +1,8 @@
 """Report formats beyond JSON: a Markdown summary (people) and JUnit XML (CI).
 
 Renderers of the report model: verdicts and labels come from
-``TargetEntry.verdict_on`` / ``label_on`` (fuzz/records/model.py), as in the table.
+``TargetEntry.verdict_on`` / ``label_on`` (fuzz/records/model.py), as in the table;
+a failure's lines from its view (fuzz/reports/view.py), as on the terminal and in the HTML.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from fuzz.records.model import Failure, Report
+from fuzz.records.model import Report
 from fuzz.records.reachdata import change_line, merged_changes, uncovered, untaken_text
 from fuzz.records.verdicts import TargetVerdict
 from fuzz.reports.machine import gpu_clauses, report_machines, sharing_clause
@@ -25,17 +26,31 @@ from fuzz.reports.report import (
     rows,
     sync_column,
 )
+from fuzz.reports.view import FailureView, failure_view, failure_views
 
 _UNTESTED_WHY = "no example ran within its share of the budget"
 
 
-def _failure_label(failure: Failure) -> str:
-    label = failure.verdict
-    if failure.flaky:
-        label += f" (flaky, reproduced {failure.confirmed or '?'})"
-    if failure.unconfirmed:
-        label += f" (not confirmed: {failure.unconfirmed})"
+def failure_label(view: FailureView) -> str:
+    """A failure's verdict with its flakiness and confirmation, as Markdown's list and JUnit's message say it."""
+    label = view.verdict
+    if view.flaky:
+        label += f" (flaky, reproduced {view.confirmed or '?'})"
+    if view.unconfirmed:
+        label += f" (not confirmed: {view.unconfirmed})"
     return label
+
+
+def failure_markdown(view: FailureView) -> list[str]:
+    """One failure as a Markdown list item (fuzz.reports.view): long details and inputs cut, so a CI job
+    summary stays readable (the HTML and the repro file hold them whole)."""
+    state = f"known: {view.known}" if view.known else "**new**"
+    lines = [f"- `{view.target}` on {view.device}: {failure_label(view)} — {state}"]
+    lines += [f"  - at `{m.path}` ({m.what}): {m.detail[:300]}" for m in view.mismatches]
+    lines.append(f"  - input: `{json.dumps(dict(view.example))[:400]}`")
+    if view.replay_command:
+        lines.append(f"  - replay: `{view.replay_command}`")
+    return lines
 
 
 def _number(value: Any, unit: str = "") -> str:
@@ -152,17 +167,11 @@ def markdown(report: Report, images: Mapping[str, str] | None = None, notes: Seq
         for title, file in (images or {}).items():
             lines += [f"![{title}]({file})", ""]
         lines += [f"_{note}_" for note in notes]
-    details = [(e, f) for e in report.targets for f in e.failures]
-    if details:
+    views = failure_views(report.targets)
+    if views:
         lines += ["", "## Failures", ""]
-    for entry, failure in details:
-        state = f"known: {failure.known}" if failure.known else "**new**"
-        lines.append(f"- `{entry.name}` on {failure.device}: {_failure_label(failure)} — {state}")
-        for mismatch in failure.mismatches:
-            lines.append(f"  - at `{mismatch['path']}` ({mismatch['what']}): {mismatch['detail'][:300]}")
-        lines.append(f"  - input: `{json.dumps(dict(failure.input))[:400]}`")
-        if failure.repro:
-            lines.append(f"  - replay: `python -m fuzz replay {failure.repro}`")
+    for view in views:
+        lines += failure_markdown(view)
     lines += ["", closing_line(report), "", f"exit code {report.exit_code()}"]
     return "\n".join(lines) + "\n"
 
@@ -243,7 +252,8 @@ def junit_xml(report: Report) -> str:
         known = [f for f in entry.failures if f.device == device and f.known]
         if new:
             failures += 1
-            element = ET.SubElement(case, "failure", message=", ".join(_failure_label(f) for f in new))
+            labels = (failure_label(failure_view(entry, f)) for f in new)
+            element = ET.SubElement(case, "failure", message=", ".join(labels))
             element.text = "\n".join(json.dumps({"verdict": f.verdict, "input": dict(f.input),
                                                  "mismatches": [dict(m) for m in f.mismatches],
                                                  "repro": f.repro}) for f in new)

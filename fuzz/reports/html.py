@@ -1,9 +1,9 @@
 """The report as one self-contained HTML page (``--html FILE``): opens offline, from a CI artifact or a mail.
 
 A renderer of the report model like the table and Markdown: the summary rows are fuzz.reports.report.summary_rows,
-the closing line is fuzz.reports.report.closing_line, the charts are fuzz.reports.charts' (inline SVG). Inline CSS and a
-few lines of inline script (click a column header to sort); no external URL, no CDN. Every string of the
-report -- inputs, messages, names -- is data and is escaped.
+the closing line is fuzz.reports.report.closing_line, each failure is its view (fuzz/reports/view.py), the charts
+are fuzz.reports.charts' (inline SVG). Inline CSS and a few lines of inline script (click a column header to
+sort); no external URL, no CDN. Every string of the report -- inputs, messages, names -- is data and is escaped.
 """
 
 from __future__ import annotations
@@ -13,20 +13,21 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fuzz.records.model import Failure, Report, TargetEntry
+from fuzz.records.model import Report
 from fuzz.records.reachdata import change_line, merged_changes, untaken_text
-from fuzz.records.verdicts import CRASH_VERDICTS, TargetVerdict
+from fuzz.records.verdicts import TargetVerdict
 from fuzz.reports.charts import report_charts, svg_for_html
 from fuzz.reports.machine import machine_lines, report_machines
 from fuzz.reports.report import (
     NUMERIC_COLUMNS,
     SUMMARY_HEADER,
     closing_line,
-    failure_lines,
     partial_lines,
     report_notes,
     summary_rows,
+    target_notices,
 )
+from fuzz.reports.view import FailureView, failure_views
 
 # The page's first lines: what an existing file must start with for --html to replace it (fuzz/reports/preflight.py).
 HTML_MARK = '<meta name="generator" content="syncfuzz html report">'
@@ -149,7 +150,7 @@ def _summary(report: Report) -> str:
 def _notes(report: Report) -> str:
     """The run's notes (reach, the change's coverage, sync rules) and the upstream, fuzzer-error,
     cannot-build, same-code, unreached and untested lines, as the terminal says them, without failures."""
-    lines = report_notes(report) + failure_lines([entry.with_failures(()) for entry in report.targets])
+    lines = report_notes(report) + [line for entry in report.targets for line in target_notices(entry)]
     if not lines:
         return ""
     return "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in lines) + "</ul>"
@@ -189,38 +190,30 @@ def _charts(report: Report) -> str:
     return "\n".join(out)
 
 
-def replay_command(failure: Failure) -> str | None:
-    return f"python -m fuzz replay {failure.repro}" if failure.repro else None
-
-
-def _failure(entry: TargetEntry, failure: Failure, index: int) -> str:
-    known = bool(failure.known)
-    status = '<span class="known">known</span>' if known else '<span class="new">new</span>'
-    flaky = " (flaky)" if failure.flaky or entry.flaky else ""
-    out = [f'<section class="failure{" is-known" if known else ""}" id="failure-{index}">',
-           f"<h3>{_e(failure.verdict)}{_e(flaky)} in <code>{_e(entry.name)}</code> on {_e(failure.device)}"
+def failure_html(view: FailureView, index: int) -> str:
+    """One failure as a section of the page (fuzz.reports.view): every fact of its view, each string escaped;
+    its example whole, as indented JSON."""
+    status = '<span class="new">new</span>' if view.is_new else '<span class="known">known</span>'
+    flaky = " (flaky)" if view.flaky else ""
+    out = [f'<section class="failure{"" if view.is_new else " is-known"}" id="failure-{index}">',
+           f"<h3>{_e(view.verdict)}{_e(flaky)} in <code>{_e(view.target)}</code> on {_e(view.device)}"
            f" — {status}</h3>", "<ul>"]
-    if failure.known:
-        out.append(f"<li>known issue: {_e(failure.known)}</li>")
-    if failure.confirmed:
-        out.append(f"<li>reproduced {_e(failure.confirmed)} in fresh processes</li>")
-    if failure.unconfirmed:
-        out.append(f"<li>not confirmed: {_e(failure.unconfirmed)}</li>")
-    if failure.oracles:
-        out.append(f"<li>flagged by: {_e(', '.join(failure.oracles))}</li>")
-    for side in ("legacy", "optimized"):
-        if failure.exceptions.get(side):
-            out.append(f"<li>{side} raised: <code>{_e(failure.exceptions[side])}</code></li>")
-    command = replay_command(failure)
-    if command:
-        out.append(f"<li>replay: <code>{_e(command)}</code></li>")
+    if view.known:
+        out.append(f"<li>known issue: {_e(view.known)}</li>")
+    if view.confirmed:
+        out.append(f"<li>reproduced {_e(view.confirmed)} in fresh processes</li>")
+    if view.unconfirmed:
+        out.append(f"<li>not confirmed: {_e(view.unconfirmed)}</li>")
+    if view.oracles:
+        out.append(f"<li>flagged by: {_e(', '.join(view.oracles))}</li>")
+    out += [f"<li>{side} raised: <code>{_e(exception)}</code></li>" for side, exception in view.raised]
+    if view.replay_command:
+        out.append(f"<li>replay: <code>{_e(view.replay_command)}</code></li>")
     out.append("</ul>")
-    if failure.mismatches:
+    if view.mismatches:
         out.append("<p>where the outputs differ:</p>")
-        out.append(_table(("path", "what", "detail"), [(m["path"], m["what"], m["detail"])
-                                                       for m in failure.mismatches]))
-    label = "input" if failure.verdict in CRASH_VERDICTS else "minimal input"
-    out.append(f"<p>{label}:</p><pre>{_e(json.dumps(dict(failure.input), indent=2, default=str))}</pre>")
+        out.append(_table(("path", "what", "detail"), [(m.path, m.what, m.detail) for m in view.mismatches]))
+    out.append(f"<p>{view.example_label}:</p><pre>{_e(json.dumps(dict(view.example), indent=2, default=str))}</pre>")
     out.append("</section>")
     return "\n".join(out)
 
@@ -276,7 +269,7 @@ def _subtitle(report: Report) -> str:
 
 def html_report(report: Report) -> str:
     """The whole report as one HTML page: no external resource, every report string escaped."""
-    failures = [(e, f) for e in report.targets for f in e.failures]
+    failures = failure_views(report.targets)
     machine = {k: report.versions[k] for k in ("gpu", "torch", "torch_cuda", "python", "platform", "numpy",
                                                 "triton", "hypothesis") if k in report.versions}
     sides = {k: report.versions[k] for k in ("legacy", "optimized") if k in report.versions}
@@ -290,7 +283,7 @@ def html_report(report: Report) -> str:
     body.append(_changes(report))
     body.append(f"<h2>Failures ({len(failures)})</h2>")
     if failures:
-        body += [_failure(entry, failure, i) for i, (entry, failure) in enumerate(failures)]
+        body += [failure_html(view, i) for i, view in enumerate(failures)]
     else:
         body.append('<p class="note">no failure</p>')
     body += ["<h2>Run</h2>", _run(report), "<h2>Sides</h2>", _key_values(sides),

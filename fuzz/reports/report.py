@@ -2,7 +2,8 @@
 
 Renderers of the report model (fuzz/records/model.py): every verdict, count and
 label comes from it, so the table, the ``[fuzz]`` lines, Markdown
-(fuzz/reports/formats.py), JUnit and the JSON report cannot disagree.
+(fuzz/reports/formats.py), JUnit and the JSON report cannot disagree. A failure's
+lines render its view (fuzz/reports/view.py), as Markdown's and the HTML's do.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any, Callable, TextIO
 
 from fuzz.records.model import EXIT_FAILURE, EXIT_FUZZER_BUG, EXIT_INCOMPLETE, EXIT_OK, Report, TargetEntry
 from fuzz.records.reachdata import line_counts, merged_changes, percent, uncovered, unreached, unreached_side
-from fuzz.records.verdicts import CRASH_VERDICTS, TargetVerdict
+from fuzz.records.verdicts import TargetVerdict
 from fuzz.reports.machine import machine_lines, report_machines
+from fuzz.reports.view import FailureView, failure_views
 
 
 def _sync_range(histogram: Mapping[str, int]) -> str:
@@ -91,44 +93,56 @@ def summary_rows(entries: Iterable[TargetEntry]) -> list[tuple[str, ...]]:
 
 
 def failure_lines(entries: Iterable[TargetEntry]) -> list[str]:
+    """What the terminal says under the table, target by target: its notices (``target_notices``), then
+    each of its failures (``failure_text``)."""
     lines = []
     for entry in entries:
-        if entry.upstream_check:
-            lines.append(f"upstream: {entry.name}: {entry.upstream_check}")
-        if entry.fuzzer_error:
-            lines.append(f"FUZZER BUG in {entry.name}: {entry.fuzzer_error}")
-        if entry.retired:
-            lines.append(f"{entry.retired_label} {entry.name}: {retired_reason(entry.retired)}")
-        if entry.cannot_build:
-            lines.append(f"cannot-build {entry.name}: {entry.cannot_build}")
-        if entry.same_code or any(entry.verdict_on(d) == TargetVerdict.SAME_CODE for d in entry.devices):
-            lines.append(f"same-code {entry.name}: {entry.same_code or 'both sides executed the same definitions'}"
-                         "; its agreement is no evidence (docs/reach.md)")
-        for device in entry.unreached_devices():
-            sides = entry.reach.get(device, {})
-            missed = "; ".join(f"{side} entered none of {', '.join(unreached(record)) or 'its claims (none found)'}"
-                               for side, record in sides.items() if unreached_side(record))
-            lines.append(f"UNREACHED: {entry.name} on {device}: {missed}; the examples compared other code "
-                         "(python -m fuzz coverage REPORT shows what ran)")
-        for device in entry.untested_devices():
-            lines.append(f"UNTESTED: {entry.name} on {device} ran no example before its share of "
-                         "--budget ran out; give the run a larger --budget or fewer --target")
-        for failure in entry.failures:
-            flaky = failure.flaky or entry.flaky
-            lines.append(f"{failure.verdict.upper()} in {entry.name} on {failure.device}"
-                         + (" (flaky)" if flaky else "")
-                         + (f" (reproduced {failure.confirmed} in fresh processes)" if failure.confirmed else "")
-                         + (f" (not confirmed: {failure.unconfirmed})" if failure.unconfirmed else "")
-                         + (f" (known: {failure.known})" if failure.known else ""))
-            # Crashing inputs are journaled, not shrunk.
-            label = "input" if failure.verdict in CRASH_VERDICTS else "minimal input"
-            lines.append(f"  {label}: {json.dumps(dict(failure.input))}")
-            for mismatch in failure.mismatches:
-                lines.append(f"  at {mismatch['path']} ({mismatch['what']}): {mismatch['detail']}")
-            if len(failure.oracles) > 1:
-                lines.append(f"  flagged by: {', '.join(failure.oracles)}")
-            if failure.repro:
-                lines.append(f"  saved: {failure.repro}  (replay: python -m fuzz replay {failure.repro})")
+        lines += target_notices(entry)
+        for view in failure_views([entry]):
+            lines += failure_text(view)
+    return lines
+
+
+def target_notices(entry: TargetEntry) -> list[str]:
+    """A target's lines that are no failure of an example: the upstream comparison, a fuzzer bug, a retired,
+    cannot-build, same-code, unreached or untested target (the terminal and the HTML notes say these)."""
+    lines = []
+    if entry.upstream_check:
+        lines.append(f"upstream: {entry.name}: {entry.upstream_check}")
+    if entry.fuzzer_error:
+        lines.append(f"FUZZER BUG in {entry.name}: {entry.fuzzer_error}")
+    if entry.retired:
+        lines.append(f"{entry.retired_label} {entry.name}: {retired_reason(entry.retired)}")
+    if entry.cannot_build:
+        lines.append(f"cannot-build {entry.name}: {entry.cannot_build}")
+    if entry.same_code or any(entry.verdict_on(d) == TargetVerdict.SAME_CODE for d in entry.devices):
+        lines.append(f"same-code {entry.name}: {entry.same_code or 'both sides executed the same definitions'}"
+                     "; its agreement is no evidence (docs/reach.md)")
+    for device in entry.unreached_devices():
+        sides = entry.reach.get(device, {})
+        missed = "; ".join(f"{side} entered none of {', '.join(unreached(record)) or 'its claims (none found)'}"
+                           for side, record in sides.items() if unreached_side(record))
+        lines.append(f"UNREACHED: {entry.name} on {device}: {missed}; the examples compared other code "
+                     "(python -m fuzz coverage REPORT shows what ran)")
+    for device in entry.untested_devices():
+        lines.append(f"UNTESTED: {entry.name} on {device} ran no example before its share of "
+                     "--budget ran out; give the run a larger --budget or fewer --target")
+    return lines
+
+
+def failure_text(view: FailureView) -> list[str]:
+    """One failure on the terminal (fuzz.reports.view): its headline, example, mismatches, oracles, repro."""
+    lines = [f"{view.verdict.upper()} in {view.target} on {view.device}"
+             + (" (flaky)" if view.flaky else "")
+             + (f" (reproduced {view.confirmed} in fresh processes)" if view.confirmed else "")
+             + (f" (not confirmed: {view.unconfirmed})" if view.unconfirmed else "")
+             + (f" (known: {view.known})" if view.known else ""),
+             f"  {view.example_label}: {json.dumps(dict(view.example))}"]
+    lines += [f"  at {m.path} ({m.what}): {m.detail}" for m in view.mismatches]
+    if len(view.oracles) > 1:  # one oracle is the verdict's own: the headline names it
+        lines.append(f"  flagged by: {', '.join(view.oracles)}")
+    if view.repro:
+        lines.append(f"  saved: {view.repro}  (replay: {view.replay_command})")
     return lines
 
 
