@@ -209,8 +209,9 @@ class RacedRun:
     conclusive: bool = True
     sites: list[str] = field(default_factory=list)
     poisoned: int = 0  # caller buffers rewritten while a copy from them was pending
-    # The first call's copies had run before the next call began (the host was slower than the sleep): the
-    # next call could not overwrite a buffer they read. Sound, but weaker; repeated once with a longer sleep.
+    # The first call's copies may have run before the next call began (the call synced, or the host was slower
+    # than the sleep): the next call could not overwrite a buffer they read. Sound, but weaker (not repeated:
+    # a side that syncs after its copies would wait out any sleep).
     weak: bool = False
 
 
@@ -218,14 +219,14 @@ def run_held(make_thunk: Callable[[], Callable[[], Any]], cycles: int = SLEEP_CY
     """One held run of a side (module docstring): its first call's output, read after a full sync; whether
     every poisoning provably preceded its copy; the copy sites. Repeated once with a longer sleep when not."""
     run = _run_held_once(make_thunk, cycles)
-    if not run.conclusive or run.weak:
+    if not run.conclusive:
         run = _run_held_once(make_thunk, cycles * RETRY_FACTOR)
     return run
 
 
 def _run_held_once(make_thunk: Callable[[], Callable[[], Any]], cycles: int) -> RacedRun:
     first, following = make_thunk(), make_thunk()
-    poison(caller_inputs(following))  # the next call stages other data than the first
+    poison(_own(caller_inputs(following), caller_inputs(first)))  # the next call stages other data than the first
     hold = Hold(cycles)
     recorder = RaceRecorder(hold)
     run = RacedRun()
@@ -249,6 +250,15 @@ def _run_held_once(make_thunk: Callable[[], Callable[[], Any]], cycles: int) -> 
     hold.stream.synchronize()
     run.sites, run.poisoned = recorder.sites(), rewritten
     return run
+
+
+def _own(inputs: list[Any], others: list[Any]) -> list[Any]:
+    """``inputs`` less what ``others`` share (an input model that cached an object for both calls): poisoning
+    the next call's inputs must not write the first call's."""
+    shared = {id(obj) for obj in others}
+    ranges = [r for r in map(byte_range, others) if r is not None]
+    return [obj for obj in inputs if id(obj) not in shared
+            and not any(overlaps(r, other) for r in [byte_range(obj)] if r is not None for other in ranges)]
 
 
 def _rewrite_pending(memory: Iterable[Any], pending: list[tuple[int, int]]) -> int:

@@ -99,8 +99,9 @@ POLICY_BUGS = [
           "        t = data.pin_memory() if PIN_MEMORY else data", "        t = data",
           "a pageable caller tensor copied non_blocking as it is: vLLM's CI copy check rejects it (not pinned)"),
     Plant("planted-policy-h2d-strided-staging", "async-tensor-h2d", "optimized.torch_utils", _FRESH_PINNED,
-          '        fresh = torch.tensor(data, dtype=dtype, device="cpu")\n'
-          "        t = torch.empty((*fresh.shape, 2), dtype=fresh.dtype, pin_memory=PIN_MEMORY)[..., 0]\n"
-          "        t.copy_(fresh)",
+          '        t = torch.tensor(data, dtype=dtype, device="cpu")\n'
+          '        if torch.device(device).type != "cpu":\n'
+          "            gapped = torch.empty((*t.shape, 2), dtype=t.dtype, pin_memory=PIN_MEMORY)[..., 0]\n"
+          "            t = gapped.copy_(t)",
           "pinned staging with a gap between elements: vLLM's CI copy check rejects it (not densely laid out)"),
 ]

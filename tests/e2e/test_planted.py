@@ -95,3 +95,13 @@ def test_stress_poisons_every_integer_dtype_without_raising():
               torch.full((2,), 5, dtype=torch.int64), np.full(2, 5, np.uint8), np.full(2, 5, np.int32)]
     poison(inputs)
     assert [int(x[0]) for x in inputs] == [255, -128, -7777, 255, -7777]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in [*planted.RACE_BUGS, *planted.RACE_BENIGN,
+                                                         *planted.POLICY_BUGS]))
+def test_races_and_rejected_copies_need_a_gpu_to_show(name):
+    """On CPU no copy is asynchronous and none reaches a GPU: a planted race or a copy vLLM's CI check rejects
+    is silent there, with --race too (tests/gpu/test_races.py reports each on CUDA; the twins stay silent)."""
+    plant = {p.name: p for p in [*planted.RACE_BUGS, *planted.RACE_BENIGN, *planted.POLICY_BUGS]}[name]
+    outcome = fuzz(plant.target(), max_examples=60, race=True)
+    assert outcome.examples >= 60 and not outcome.failures, outcome.failures
