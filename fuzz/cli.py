@@ -1,6 +1,8 @@
 """syncfuzz's command line: differential fuzzing of legacy vs optimized copies (docs/design.md).
 
 Subcommands: list, run, replay, coverage, merge-reports, corpus-merge, trend, selftest, provenance, sources, new-target.
+The one module that uses argparse: every command's flags are parsed here and handed to its function of the
+Python API (fuzz/commands/__init__.py), which does the work (lint-imports forbids argparse elsewhere).
 
 Exit codes: 0 no failure, 1 a failing verdict found (or a replayed failure still fails), 2 usage or input
 error -- one line on stderr naming the problem and the fix, before any work --, 4 a fuzzer bug, 3 incomplete
@@ -22,27 +24,17 @@ from pathlib import Path
 from typing import Sequence
 
 from fuzz import commands as api
-from fuzz.commands.corpusmerge import add_parser as add_corpus_merge_parser
-from fuzz.commands.coverage_cmd import add_parser as add_coverage_parser
-from fuzz.commands.replay_cmd import add_parser as add_replay_parser
 from fuzz.config import DEFAULT_MAX_EXAMPLES, PROFILES, RunConfig, apply_profile
 from fuzz.engine import journals
 from fuzz.errors import FuzzError, HarnessError, UsageError
 from fuzz.records.model import EXIT_FUZZER_BUG, EXIT_OK, EXIT_USAGE
-from fuzz.releases import (
-    add_new_target_parser,
-    add_provenance_parser,
-    add_sources_parser,
-    cmd_new_target,
-    cmd_provenance,
-    cmd_sources,
-)
+from fuzz.releases import CACHE_ENV, SIDE_VERSIONS, SIDES, SOURCES_ENV
 from fuzz.reports.preflight import (
     check_environment,
     check_no_collisions,
     check_outputs,
 )
-from fuzz.reports.trend import add_parser as add_trend_parser
+from fuzz.reports.trend import DEFAULT_THRESHOLD
 from fuzz.run.limits import MIN_EXAMPLE_TIMEOUT, check_workers
 from fuzz.run.session import markdown_images
 from fuzz.targets import CONTRACTS
@@ -98,6 +90,26 @@ def _budget(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a positive, finite number of seconds")
+    return value
+
+
+def _threshold(text: str) -> float:
+    """``trend --threshold``: the fall in examples worth reporting, as a fraction of the night before."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} must be a fraction between 0 and 1 (0.3: fell by more than 30%)")
+    return value
+
+
+def _require_changes(value: str) -> bool | str:
+    """--require-changes-covered=MODE as RunConfig keeps it: "reached" is the flag alone (True)."""
+    if value == "reached":
+        return True
+    if value not in ("all", "sync"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of reached, all, sync")
     return value
 
 
@@ -211,15 +223,153 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--junit", metavar="FILE")
     merge.add_argument("--html", metavar="FILE", help=HTML_HELP)
 
-    add_corpus_merge_parser(commands)
-
-    add_replay_parser(commands)
-    add_trend_parser(commands)
-    add_provenance_parser(commands)
-    add_new_target_parser(commands)
-    add_sources_parser(commands)
-    add_coverage_parser(commands)
+    for add in (_add_corpus_merge, _add_replay, _add_trend, _add_provenance, _add_new_target, _add_sources,
+                _add_coverage):
+        add(commands)
     return parser
+
+
+def _add_corpus_merge(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "corpus-merge", help="merge the corpora of shards or hosts into the one the next run starts from",
+        description="Merge the corpora (fuzz run --corpus) of a run's shards or hosts into OUT: the union of "
+                    "their example databases (hypothesis/, each saved example once) and of their repro files "
+                    "(failures/, by name; the same name with other content keeps both, the second as "
+                    "NAME.<hash>.json). OUT is created if missing; what it holds is kept. journal/ and reports/ "
+                    "are not merged.",
+        epilog="exit codes: 0 merged, 2 refused: one line naming the problem, nothing written")
+    p.add_argument("out", metavar="OUT_CORPUS", help="the merged corpus (e.g. fuzz-corpus); created if missing")
+    p.add_argument("inputs", metavar="SHARD_CORPUS", nargs="+", help="the corpus folders of the shards")
+
+
+REPLAY_EXIT_CODES = (
+    "exit codes: FILE: 0 no longer fails (or still fails as a --known-issues entry accepts), 1 still fails, "
+    "2 unusable (one line, nothing replayed). DIR, the first that applies: 1 a file still fails and no known "
+    "issue accepts it; 4 a fuzzer error; 2 no file of the folder can be replayed (one line, nothing replayed); "
+    "3 incomplete: a file was invalid or needs a GPU this host lacks, the others replayed and none still fails; "
+    "0 every file replayed, none still fails. With --strict, a file that cannot be replayed exactly as saved "
+    "(a changed side included) is one line and exit 2 before anything is replayed, as for FILE.")
+
+
+def _add_replay(commands: argparse._SubParsersAction) -> None:
+    replay = commands.add_parser("replay", help="re-run a saved failure in a fresh process", epilog=REPLAY_EXIT_CODES)
+    replay.add_argument("file", metavar="FILE|DIR",
+                        help="a repro file, or a folder (e.g. fuzz-corpus/failures): every *.json in it, in a table")
+    replay.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the saved one")
+    replay.add_argument("--strict", action="store_true",
+                        help="for audits: a failure whose side from a source (a path or a release) changed "
+                             "since it was saved is refused (exit 2, one line) instead of replayed on the side as "
+                             "it is now; with DIR, every file is checked first and any that cannot be replayed "
+                             "refuses the whole folder (the copies' code tree is compared either way: a warning)")
+    replay.add_argument("--known-issues", metavar="FILE",
+                        help="accepted findings (the file of run --known-issues): one that still fails is "
+                             "reported as accepted and does not make the exit 1")
+
+
+def _add_trend(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "trend", help="nightly reports side by side, oldest first: what changed since the night before",
+        description="Compare nightly JSON reports: per night and target the examples, examples/s, verdict, "
+                    "syncs per call (CUDA) and failures (new / still failing / not seen tonight / known), and what "
+                    "the last night changed. A night is a whole run: merge a night's shards first (merge-reports); "
+                    "a partial night (interrupted, or a merge missing shards) is marked so. Nights are ordered by "
+                    "each report's run start time (run.started); if a report records none (written by an older "
+                    "syncfuzz), the order given here is kept: give them oldest first.",
+        epilog="exit codes: 0 the trend was shown (it reports, it does not judge: a new failure does not change "
+               "it; the nightly run's own exit code does), 2 refused: one line, nothing written")
+    p.add_argument("reports", metavar="REPORT", nargs="+", help="nightly JSON reports (fuzz run --report), two or more")
+    p.add_argument("--markdown", metavar="FILE",
+                   help="write the trend as Markdown here (with PNG charts beside it when matplotlib is installed)")
+    p.add_argument("--html", metavar="FILE", help="write one self-contained HTML page here (inline CSS and SVG)")
+    p.add_argument("--threshold", type=_threshold, default=DEFAULT_THRESHOLD, metavar="R",
+                   help=f"report examples falling by more than R of the night before (default {DEFAULT_THRESHOLD:g}: "
+                        "more than 30%%)")
+
+
+def _add_provenance(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "provenance", help="check every copy line against the vllm releases it was copied from; --against: drift",
+        description="Verify that every line of legacy/ and optimized/ appears in its upstream definition in the vllm "
+                    "release its targets were copied from (Target.versions; by default "
+                    f"{SIDE_VERSIONS['legacy']} / {SIDE_VERSIONS['optimized']}), in order, modulo whitespace, "
+                    "unless marked `# ADAPTED: <why>`. With --against, report which upstream functions changed since "
+                    "those versions instead.")
+    p.add_argument("--target", action="append", default=[], metavar="NAME",
+                   help="only this target's copy modules (repeatable; default: every copy module)")
+    for side in SIDES:
+        env = f"SYNCFUZZ_{side.upper()}_SOURCE"
+        p.add_argument(f"--{side}-source", metavar="PATH",
+                       help=f"the {side} release: a .whl, a directory holding vllm/ (checkout, site-packages) or "
+                            f"'installed'. It replaces vllm {SIDE_VERSIONS[side]} (the default pair's), or, when "
+                            f"--target names targets of one other pair only, that pair's {side} release "
+                            f"(default: ${env} for vllm {SIDE_VERSIONS[side]}, else the repo's source pack, else "
+                            "pip download into the cache)")
+    p.add_argument("--source", action="append", default=[], metavar="VERSION=PATH",
+                   help="the source of vllm VERSION for whichever side and target was copied from it "
+                        "(repeatable; PATH as for --legacy-source)")
+    p.add_argument("--cache", metavar="DIR",
+                   help=f"wheel cache (default ${CACHE_ENV}, else ~/.cache/syncfuzz/wheels)")
+    p.add_argument("--against", metavar="vllm==X|PATH",
+                   help="drift: compare the upstream functions with this version (vllm==X, a .whl, a directory or "
+                        "'installed') instead of verifying the copies")
+    p.add_argument("--sources", action="append", default=[], metavar="DIR",
+                   help="source packs (python -m fuzz sources fetch) where vllm==X resolves, before "
+                        "$SYNCFUZZ_SOURCES and the packs shipped in sources/ (repeatable); a release found in a "
+                        "pack is never downloaded")
+    p.add_argument("--legacy-diffs", action="store_true",
+                   help="with --against: also print the legacy side's diffs (they mostly show the PR itself)")
+
+
+def _add_new_target(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "new-target", help="scaffold a target: verbatim copies from two vllm releases, a record, stubs",
+        description="Write legacy/MODULE.py and optimized/MODULE.py (the --upstream definitions sliced verbatim "
+                    "out of the two releases, vllm imports mapped to ADAPTED placeholders), the target's own folder "
+                    "strategies/MODULE/ (inputs.py, record.py, oracles.py, planted.py) and "
+                    "tests/unit/test_oracles_MODULE.py. Never overwrites a file (docs/adding-a-target.md).")
+    p.add_argument("name", metavar="NAME", help="the target's name, e.g. cpu-gpu-buffer-copy-to-gpu")
+    p.add_argument("--upstream", action="append", default=[], required=True, metavar="vllm/PATH.py::QUAL",
+                   help="an upstream definition the target covers (repeatable; the first is the entry point)")
+    p.add_argument("--also", action="append", default=[], metavar="vllm/PATH.py::QUAL",
+                   help="copy this definition too without naming it in the record (e.g. the class's __init__)")
+    p.add_argument("--legacy-version", required=True, metavar="X", help="the vllm release before the change")
+    p.add_argument("--optimized-version", required=True, metavar="Y", help="the vllm release with the change")
+    p.add_argument("--module", metavar="MODULE", help="copy module name (default: from the upstream file)")
+    p.add_argument("--root", metavar="DIR", help="the checkout to write into (default: this one)")
+    p.add_argument("--legacy-source", metavar="PATH", help="the legacy release: a .whl or a directory holding vllm/")
+    p.add_argument("--optimized-source", metavar="PATH", help="the optimized release (as --legacy-source)")
+    p.add_argument("--cache", metavar="DIR", help="wheel cache (default $SYNCFUZZ_WHEEL_CACHE, else "
+                                                  "~/.cache/syncfuzz/wheels)")
+
+
+def _add_sources(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("sources", help="offline source packs: the vllm files the catalog needs",
+                            description="Keep the upstream files that sides and provenance read, per release, "
+                                        "so a host without network can build --legacy/--optimized vllm==X.")
+    actions = p.add_subparsers(dest="sources_command", required=True)
+    fetch = actions.add_parser("fetch", help="write packs for releases (vllm==X, a .whl or a vllm tree)")
+    fetch.add_argument("specs", nargs="+", metavar="vllm==X|PATH")
+    fetch.add_argument("--into", required=True, metavar="DIR", help="where the packs go (DIR/vllm-X/)")
+    fetch.add_argument("--cache", metavar="DIR", help="wheel cache (default $SYNCFUZZ_WHEEL_CACHE, else "
+                                                     "~/.cache/syncfuzz/wheels); missing wheels are downloaded")
+    listing = actions.add_parser("list", help="the packs found and whether their files match their manifests")
+    listing.add_argument("--sources", action="append", default=[], metavar="DIR",
+                         help=f"also look here (and in ${SOURCES_ENV})")
+    listing.add_argument("--newest", action="store_true",
+                         help="print only the newest release found, as a side (vllm==X): what a nightly against "
+                              "today's vLLM passes to --optimized")
+
+
+def _add_coverage(commands: argparse._SubParsersAction) -> None:
+    cover = commands.add_parser("coverage", help="the lines of the claimed definitions no example ran (docs/reach.md)")
+    cover.add_argument("report", metavar="REPORT", help="a JSON report of a run with --coverage")
+    cover.add_argument("--target", action="append", default=[], metavar="NAME", help="only this target (repeatable)")
+    cover.add_argument("--device", choices=("cpu", "cuda"), help="only this device")
+    cover.add_argument("--side", choices=("legacy", "optimized"), help="only this side")
+    cover.add_argument("--all", action="store_true", help="also list the definitions every line of which ran")
+    cover.add_argument("--changes", action="store_true",
+                       help="instead: the change's coverage (a run with a side from a source): every changed "
+                            "definition, sync-relevant first, and the changed lines and branches no example took")
 
 
 def _version_line() -> str:
@@ -278,13 +428,23 @@ def cmd_selftest(args: argparse.Namespace) -> int:
                         min_kill_rate=args.min_kill_rate)
 
 
-def _require_changes(value: str) -> bool | str:
-    """--require-changes-covered=MODE as RunConfig keeps it: "reached" is the flag alone (True)."""
-    if value == "reached":
-        return True
-    if value not in ("all", "sync"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not one of reached, all, sync")
-    return value
+def cmd_provenance(args: argparse.Namespace) -> int:
+    return api.provenance(targets=args.target, legacy_source=args.legacy_source,
+                          optimized_source=args.optimized_source, version_sources=args.source, cache=args.cache,
+                          against=args.against, sources=args.sources, legacy_diffs=args.legacy_diffs)
+
+
+def cmd_sources(args: argparse.Namespace) -> int:
+    if args.sources_command == "fetch":
+        return api.sources("fetch", specs=args.specs, into=args.into, cache=args.cache)
+    return api.sources("list", sources=args.sources, newest=args.newest)
+
+
+def cmd_new_target(args: argparse.Namespace) -> int:
+    return api.new_target(args.name, upstream=args.upstream, also=args.also, legacy_version=args.legacy_version,
+                          optimized_version=args.optimized_version, module=args.module, root=args.root,
+                          legacy_source=args.legacy_source, optimized_source=args.optimized_source,
+                          cache=args.cache)
 
 
 def _apply_profile(args: argparse.Namespace) -> None:

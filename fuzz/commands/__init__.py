@@ -7,6 +7,7 @@ config = commands.profile_config("premerge", devices=("cpu",))      # the profil
 result = commands.run(config, outputs={"report": Path("r.json")})   # a RunResult; result.exit_code
 commands.replay("fuzz-corpus/failures", known_issues="known-issues.json")
 commands.merge_reports(["a.json", "b.json"], output="night.json")
+commands.provenance(targets=["fla-chunk-offsets"])                  # 0: every copy line is upstream text
 ```
 
 Each returns the exit code the CLI would (docs/usage.md#exit-codes) and prints what the command prints,
@@ -21,13 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from fuzz.config import PROFILES, RunConfig, apply_profile
+from fuzz.errors import UsageError
 
 if TYPE_CHECKING:
     from fuzz.run.session import RunResult
     from fuzz.targets import Target
 
-__all__ = ["PROFILES", "corpus_merge", "coverage", "list_targets", "merge_reports", "profile_config", "replay",
-           "run", "selftest", "trend"]
+__all__ = ["PROFILES", "corpus_merge", "coverage", "list_targets", "merge_reports", "new_target", "profile_config",
+           "provenance", "replay", "run", "selftest", "sources", "trend"]
 
 
 def list_targets(names: Sequence[str] = ()) -> list[Target]:
@@ -106,3 +108,49 @@ def selftest(targets: Sequence[str] = (), **options: Any) -> int:
     from fuzz.commands.selftest_cmd import selftest as selftest_command
 
     return selftest_command(targets, **options)
+
+
+def provenance(*, targets: Sequence[str] = (), legacy_source: str | None = None, optimized_source: str | None = None,
+               version_sources: Sequence[str] = (), cache: str | None = None, against: str | None = None,
+               sources: Sequence[str] = (), legacy_diffs: bool = False) -> int:
+    """``provenance`` (fuzz.releases.provenance): every copy line checked against the release it was copied from,
+    or, with ``against`` (``vllm==X`` or a path), the upstream drift since. ``version_sources`` are
+    ``VERSION=PATH`` (``--source``), ``sources`` source-pack folders (``--sources``); 0 verified (no drift), 1 not."""
+    from fuzz.releases import provenance_command
+
+    return provenance_command(targets=targets, legacy_source=legacy_source, optimized_source=optimized_source,
+                              version_sources=version_sources, cache=cache, against=against, sources=sources,
+                              legacy_diffs=legacy_diffs)
+
+
+def sources(action: str, *, specs: Sequence[str] = (), into: str | None = None, cache: str | None = None,
+            sources: Sequence[str] = (), newest: bool = False) -> int:
+    """``sources fetch|list`` (fuzz.releases.packs): ``"fetch"`` writes a pack of each of ``specs`` (``vllm==X``,
+    a .whl or a vllm tree) under ``into``; ``"list"`` prints the packs found (also in the ``sources`` folders),
+    or with ``newest`` only ``vllm==X`` of the newest."""
+    from fuzz.releases import fetch_packs, list_packs
+
+    if action == "list":
+        if specs or into is not None or cache is not None:
+            raise UsageError("sources list takes no specs, into or cache (sources fetch does)")
+        return list_packs(sources, newest=newest)
+    if action != "fetch":
+        raise UsageError(f"sources {action!r} is not one of fetch, list")
+    if sources or newest:
+        raise UsageError("sources fetch takes no sources or newest (sources list does)")
+    if not specs or into is None:
+        raise UsageError("sources fetch needs specs (vllm==X, a .whl or a vllm tree) and into (where the packs go)")
+    return fetch_packs(specs, into=into, cache=cache)
+
+
+def new_target(name: str, *, upstream: Sequence[str], legacy_version: str, optimized_version: str,
+               also: Sequence[str] = (), module: str | None = None, root: str | None = None,
+               legacy_source: str | None = None, optimized_source: str | None = None, cache: str | None = None) -> int:
+    """``new-target NAME`` (fuzz.releases.scaffold): the target's copies, record, stubs and oracle test written
+    under ``root`` (default this checkout), never over a file; ``upstream`` and ``also`` are
+    ``vllm/PATH.py::QUAL`` refs, the first ``upstream`` the entry point."""
+    from fuzz.releases import new_target_command
+
+    return new_target_command(name, upstream=upstream, legacy_version=legacy_version,
+                              optimized_version=optimized_version, also=also, module=module, root=root,
+                              legacy_source=legacy_source, optimized_source=optimized_source, cache=cache)

@@ -26,7 +26,6 @@ No torch here: the merge job needs no GPU stack.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import re
 import sys
@@ -205,20 +204,6 @@ def _add_repro(folder: Path, source: Path, done: CorpusMerge) -> None:
 
 
 # --------------------------------------------------------------------------- the command
-
-
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    """Add ``corpus-merge`` to the CLI's subcommands."""
-    p = commands.add_parser(
-        "corpus-merge", help="merge the corpora of shards or hosts into the one the next run starts from",
-        description="Merge the corpora (fuzz run --corpus) of a run's shards or hosts into OUT: the union of "
-                    "their example databases (hypothesis/, each saved example once) and of their repro files "
-                    "(failures/, by name; the same name with other content keeps both, the second as "
-                    "NAME.<hash>.json). OUT is created if missing; what it holds is kept. journal/ and reports/ "
-                    "are not merged.",
-        epilog="exit codes: 0 merged, 2 refused: one line naming the problem, nothing written")
-    p.add_argument("out", metavar="OUT_CORPUS", help="the merged corpus (e.g. fuzz-corpus); created if missing")
-    p.add_argument("inputs", metavar="SHARD_CORPUS", nargs="+", help="the corpus folders of the shards")
 
 
 def corpus_merge(out_corpus: str, input_corpora: Sequence[str]) -> int:

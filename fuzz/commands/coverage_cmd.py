@@ -9,25 +9,12 @@ there; otherwise the line numbers alone are printed, and a note says why.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from fuzz.errors import UsageError
 
 EXIT_OK = 0
-
-
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    cover = commands.add_parser("coverage", help="the lines of the claimed definitions no example ran (docs/reach.md)")
-    cover.add_argument("report", metavar="REPORT", help="a JSON report of a run with --coverage")
-    cover.add_argument("--target", action="append", default=[], metavar="NAME", help="only this target (repeatable)")
-    cover.add_argument("--device", choices=("cpu", "cuda"), help="only this device")
-    cover.add_argument("--side", choices=("legacy", "optimized"), help="only this side")
-    cover.add_argument("--all", action="store_true", help="also list the definitions every line of which ran")
-    cover.add_argument("--changes", action="store_true",
-                       help="instead: the change's coverage (a run with a side from a source): every changed "
-                            "definition, sync-relevant first, and the changed lines and branches no example took")
 
 
 def _source_rows(record: Mapping[str, Any], qualname: str, digest: str | None) -> tuple[list[str] | None, str]:

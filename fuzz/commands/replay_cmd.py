@@ -12,7 +12,6 @@ does (fuzz/run/triage.py): one that still fails is ``accepted``, not a failure.
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,31 +24,8 @@ if TYPE_CHECKING:
     from fuzz.releases import SideChange
     from fuzz.run.replay import Replayable, ReplayResult
 
-EXIT_CODES = (
-    "exit codes: FILE: 0 no longer fails (or still fails as a --known-issues entry accepts), 1 still fails, "
-    "2 unusable (one line, nothing replayed). DIR, the first that applies: 1 a file still fails and no known "
-    "issue accepts it; 4 a fuzzer error; 2 no file of the folder can be replayed (one line, nothing replayed); "
-    "3 incomplete: a file was invalid or needs a GPU this host lacks, the others replayed and none still fails; "
-    "0 every file replayed, none still fails. With --strict, a file that cannot be replayed exactly as saved "
-    "(a changed side included) is one line and exit 2 before anything is replayed, as for FILE.")
-
 CUDA_ONLY_VERDICTS = {"sync-regression": "GPU<->CPU syncs exist only on CUDA",
                       "crash": "a device-side assert happens only on CUDA"}
-
-
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    replay = commands.add_parser("replay", help="re-run a saved failure in a fresh process", epilog=EXIT_CODES)
-    replay.add_argument("file", metavar="FILE|DIR",
-                        help="a repro file, or a folder (e.g. fuzz-corpus/failures): every *.json in it, in a table")
-    replay.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the saved one")
-    replay.add_argument("--strict", action="store_true",
-                        help="for audits: a failure whose side from a source (a path or a release) changed "
-                             "since it was saved is refused (exit 2, one line) instead of replayed on the side as "
-                             "it is now; with DIR, every file is checked first and any that cannot be replayed "
-                             "refuses the whole folder (the copies' code tree is compared either way: a warning)")
-    replay.add_argument("--known-issues", metavar="FILE",
-                        help="accepted findings (the file of run --known-issues): one that still fails is "
-                             "reported as accepted and does not make the exit 1")
 
 
 def replay(file: str, *, device: str | None = None, strict: bool = False, known_issues: str | None = None) -> int:
@@ -244,7 +220,8 @@ def _replayed(path: Path, checked: _Checked, device: str | None, strict: bool, i
 
 
 def folder_exit_code(outcomes: list[str]) -> int:
-    """``replay DIR``'s exit code (EXIT_CODES): the worst outcome, an invalid file counting as incomplete."""
+    """``replay DIR``'s exit code (as ``replay --help`` lists them): the worst outcome, an invalid file counting
+    as incomplete."""
     if "still fails" in outcomes:
         return EXIT_FAILURE
     if "fuzzer error" in outcomes:

@@ -18,14 +18,11 @@ The upstream-source tooling, one package; the rest of the engine imports only th
 
 from __future__ import annotations
 
-from fuzz.releases.common import version_key
+from fuzz.releases.common import CACHE_ENV, SIDE_VERSIONS, SIDES, version_key
 from fuzz.releases.matching import HEADER_RE, CopyLines, align, check_copy, normalize, upstream_file
-from fuzz.releases.packs import add_parser as add_sources_parser
-from fuzz.releases.packs import catalog_paths, cmd_sources, release_source
-from fuzz.releases.provenance import add_parser as add_provenance_parser
-from fuzz.releases.provenance import cmd_provenance
-from fuzz.releases.scaffold import add_parser as add_new_target_parser
-from fuzz.releases.scaffold import cmd_new_target
+from fuzz.releases.packs import SOURCES_ENV, catalog_paths, fetch_packs, list_packs, release_source
+from fuzz.releases.provenance import provenance_command
+from fuzz.releases.scaffold import new_target_command
 from fuzz.releases.sidebuild import claimed_digests, entry_digests
 from fuzz.releases.sides import (
     COPY,
@@ -46,9 +43,10 @@ from fuzz.releases.sources import release_version
 from fuzz.releases.verify import upstream_files_by_module
 
 __all__ = [
-    # the commands: provenance, sources (packs), new-target
-    "add_new_target_parser", "add_provenance_parser", "add_sources_parser",
-    "cmd_new_target", "cmd_provenance", "cmd_sources",
+    # the commands (fuzz.commands calls them; fuzz/cli.py parses their flags, and its help names these values):
+    # provenance, sources fetch|list (packs), new-target
+    "provenance_command", "fetch_packs", "list_packs", "new_target_command",
+    "SIDES", "SIDE_VERSIONS", "CACHE_ENV", "SOURCES_ENV",
     # sides: a run's --legacy/--optimized bound to its targets, and what each side is
     "COPY", "PACKAGE", "CannotBuild", "Retired", "bind_sides", "check_side", "identity",
     "SideChange", "side_changes", "side_identities", "side_labels", "side_source", "base_source", "release_version",

@@ -15,7 +15,6 @@ A pack is data: its files are read and hashed, never imported.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import json
@@ -236,50 +235,32 @@ def wheel_origin(wheel: Path) -> dict[str, Any]:
     return {"from": wheel.name, "from_sha256": digest.hexdigest()}
 
 
-# --------------------------------------------------------------------------- CLI
+# --------------------------------------------------------------------------- the command
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    """``sources fetch`` and ``sources list``."""
-    p = commands.add_parser("sources", help="offline source packs: the vllm files the catalog needs",
-                            description="Keep the upstream files that sides and provenance read, per release, "
-                                        "so a host without network can build --legacy/--optimized vllm==X.")
-    actions = p.add_subparsers(dest="sources_command", required=True)
-    fetch = actions.add_parser("fetch", help="write packs for releases (vllm==X, a .whl or a vllm tree)")
-    fetch.add_argument("specs", nargs="+", metavar="vllm==X|PATH")
-    fetch.add_argument("--into", required=True, metavar="DIR", help="where the packs go (DIR/vllm-X/)")
-    fetch.add_argument("--cache", metavar="DIR", help="wheel cache (default $SYNCFUZZ_WHEEL_CACHE, else "
-                                                     "~/.cache/syncfuzz/wheels); missing wheels are downloaded")
-    listing = actions.add_parser("list", help="the packs found and whether their files match their manifests")
-    listing.add_argument("--sources", action="append", default=[], metavar="DIR",
-                         help=f"also look here (and in ${SOURCES_ENV})")
-    listing.add_argument("--newest", action="store_true",
-                         help="print only the newest release found, as a side (vllm==X): what a nightly against "
-                              "today's vLLM passes to --optimized")
-
-
-def cmd_sources(args: argparse.Namespace) -> int:
-    if args.sources_command == "list":
-        return _newest(args.sources) if args.newest else _list(args.sources)
+def fetch_packs(specs: Sequence[str], *, into: str, cache: str | None = None) -> int:
+    """``sources fetch``: a pack of each release (``vllm==X``, a .whl or a vllm tree) written under ``into``
+    (``into/vllm-X/``), one line each; the exit code. A ``vllm==X`` missing from the wheel ``cache``
+    (default $SYNCFUZZ_WHEEL_CACHE, else ~/.cache/syncfuzz/wheels) is downloaded."""
     from fuzz.reports.preflight import check_cache, check_folder
 
     # Checked before the first (slow) download: an --into that cannot be written fails only at the end.
-    into = check_folder("--into", args.into)
-    cache = check_cache(args.cache, default_cache)
+    folder_into = check_folder("--into", into)
+    cache_dir = check_cache(cache, default_cache)
     # Every spec is checked before the first (slow) download.
-    wanted = [(spec, release_version(spec)) for spec in args.specs]
+    wanted = [(spec, release_version(spec)) for spec in specs]
     for spec, version in wanted:
         if version is None:
             open_source(spec, "sources fetch")
     paths = catalog_paths()
     for spec, version in wanted:
         if version is not None:
-            wheel = fetch_wheel(version, cache, command="sources")
+            wheel = fetch_wheel(version, cache_dir, command="sources")
             source, origin = WheelSource(wheel), wheel_origin(wheel)
         else:
             source = open_source(spec, "sources fetch")
             origin = wheel_origin(Path(spec)) if spec.endswith(".whl") else {"from": str(Path(spec).resolve())}
-        folder = write_pack(source, into, paths, origin)
+        folder = write_pack(source, folder_into, paths, origin)
         manifest = read_manifest(folder)
         size = sum((folder / path).stat().st_size for path in manifest["files"])
         absent = f", {len(manifest['absent'])} absent in this release" if manifest["absent"] else ""
@@ -287,6 +268,12 @@ def cmd_sources(args: argparse.Namespace) -> int:
         shimmed = f", {len(shims)} compatibility shims with the modules they point to" if shims else ""
         print(f"[sources] {folder}: {len(manifest['files'])} files, {size / 1e6:.2f} MB{absent}{shimmed}")
     return 0
+
+
+def list_packs(search: Sequence[str] = (), *, newest: bool = False) -> int:
+    """``sources list``: the packs found (in ``search``, $SYNCFUZZ_SOURCES and sources/) and whether their
+    files match their manifests; with ``newest``, only ``vllm==X`` of the newest. The exit code."""
+    return _newest(search) if newest else _list(search)
 
 
 def _check_search(search: Sequence[str]) -> None:

@@ -27,7 +27,6 @@ provenance sources (the repo's source packs, the wheel cache, pip).
 
 from __future__ import annotations
 
-import argparse
 import ast
 import builtins
 import difflib
@@ -583,30 +582,7 @@ def write(result: Plan, root: Path) -> list[Path]:
     return written
 
 
-# --------------------------------------------------------------------------- CLI
-
-
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    """Add ``new-target`` to the CLI's subcommands."""
-    p = commands.add_parser(
-        "new-target", help="scaffold a target: verbatim copies from two vllm releases, a record, stubs",
-        description="Write legacy/MODULE.py and optimized/MODULE.py (the --upstream definitions sliced verbatim "
-                    "out of the two releases, vllm imports mapped to ADAPTED placeholders), the target's own folder "
-                    "strategies/MODULE/ (inputs.py, record.py, oracles.py, planted.py) and "
-                    "tests/unit/test_oracles_MODULE.py. Never overwrites a file (docs/adding-a-target.md).")
-    p.add_argument("name", metavar="NAME", help="the target's name, e.g. cpu-gpu-buffer-copy-to-gpu")
-    p.add_argument("--upstream", action="append", default=[], required=True, metavar="vllm/PATH.py::QUAL",
-                   help="an upstream definition the target covers (repeatable; the first is the entry point)")
-    p.add_argument("--also", action="append", default=[], metavar="vllm/PATH.py::QUAL",
-                   help="copy this definition too without naming it in the record (e.g. the class's __init__)")
-    p.add_argument("--legacy-version", required=True, metavar="X", help="the vllm release before the change")
-    p.add_argument("--optimized-version", required=True, metavar="Y", help="the vllm release with the change")
-    p.add_argument("--module", metavar="MODULE", help="copy module name (default: from the upstream file)")
-    p.add_argument("--root", metavar="DIR", help="the checkout to write into (default: this one)")
-    p.add_argument("--legacy-source", metavar="PATH", help="the legacy release: a .whl or a directory holding vllm/")
-    p.add_argument("--optimized-source", metavar="PATH", help="the optimized release (as --legacy-source)")
-    p.add_argument("--cache", metavar="DIR", help="wheel cache (default $SYNCFUZZ_WHEEL_CACHE, else "
-                                                  "~/.cache/syncfuzz/wheels)")
+# --------------------------------------------------------------------------- the command
 
 
 VERSION_RE = re.compile(r"\d+(\.\d+)+([.+!-]?[A-Za-z0-9]+)*")  # 0.29.0, 0.34.0rc1, 0.11.0+cu128
@@ -660,32 +636,38 @@ def _source_holding(version: str, files: Sequence[str], cache: Path) -> Source:
     return WheelSource(wheel or fetch_wheel(version, cache, command="new-target"))
 
 
-def cmd_new_target(args: argparse.Namespace) -> int:
+def new_target_command(name: str, *, upstream: Sequence[str], legacy_version: str, optimized_version: str,
+                       also: Sequence[str] = (), module: str | None = None, root: str | None = None,
+                       legacy_source: str | None = None, optimized_source: str | None = None,
+                       cache: str | None = None) -> int:
+    """``new-target NAME``: write the target's files (``Plan``) under ``root`` (default this checkout) and print
+    what is left to do; the exit code. The values are the flags' (``python -m fuzz new-target --help``)."""
     from fuzz.reports.preflight import check_cache, refuse_empty
 
     # "" was silently this checkout (--root) or the default release (--*-source)
-    refuse_empty({"--root": args.root, "--legacy-source": args.legacy_source,
-                  "--optimized-source": args.optimized_source, "--module": args.module})
-    root = Path(args.root).expanduser().resolve() if args.root else PROJECT_ROOT
-    if not root.is_dir():
-        raise UsageError(f"--root {str(root)!r} is not a directory")
-    pair = check_pair(args.legacy_version, args.optimized_version)
-    known = target_names(root)
-    cache = check_cache(args.cache, default_cache)
-    given = {side_version(pair, side): open_source(getattr(args, f"{side}_source"), f"--{side}-source")
-             for side in SIDES if getattr(args, f"{side}_source", None)}
+    refuse_empty({"--root": root, "--legacy-source": legacy_source, "--optimized-source": optimized_source,
+                  "--module": module})
+    checkout = Path(root).expanduser().resolve() if root else PROJECT_ROOT
+    if not checkout.is_dir():
+        raise UsageError(f"--root {str(checkout)!r} is not a directory")
+    pair = check_pair(legacy_version, optimized_version)
+    known = target_names(checkout)
+    cache_dir = check_cache(cache, default_cache)
+    side_sources = {"legacy": legacy_source, "optimized": optimized_source}
+    given = {side_version(pair, side): open_source(side_sources[side], f"--{side}-source")
+             for side in SIDES if side_sources[side]}
     # Cheap refusals first: nothing is read or downloaded for a scaffold that cannot be written.
-    request = check_request(args.name, args.upstream, args.module, args.also, root, known)
+    request = check_request(name, upstream, module, also, checkout, known)
     files = sorted({path for path, _ in (*request.refs, *request.also)})
-    sources = {version: given.get(version) or _source_holding(version, files, cache)
+    sources = {version: given.get(version) or _source_holding(version, files, cache_dir)
                for version in dict.fromkeys(pair)}
-    result = plan(args.name, args.upstream, pair, sources, args.module, args.also, root, known)
-    for path in write(result, root):
-        print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path}")
+    result = plan(name, upstream, pair, sources, module, also, checkout, known)
+    for path in write(result, checkout):
+        print(f"wrote {path.relative_to(checkout) if path.is_relative_to(checkout) else path}")
     print("\nleft to do:")
     for line in result.todo:
         print(f"  - {line}")
-    print(f"\nthen: python -m fuzz provenance --target {args.name}; python -m fuzz run --target {args.name} "
+    print(f"\nthen: python -m fuzz provenance --target {name}; python -m fuzz run --target {name} "
           f"--max-examples 200; python -m pytest -q tests/unit/test_targets.py tests/e2e/test_planted.py "
           f"(docs/adding-a-target.md ends with every check)")
     return 0

@@ -34,7 +34,6 @@ No torch here: a trend must not need a GPU stack.
 
 from __future__ import annotations
 
-import argparse
 import html
 import math
 import os
@@ -589,37 +588,6 @@ def html_page(trend: Trend, changes: list[str], charts: Mapping[str, str] | None
 
 
 # --------------------------------------------------------------------------- the command
-
-
-def _threshold(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value < 1.0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text} must be a fraction between 0 and 1 (0.3: fell by more than 30%)")
-    return value
-
-
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    """Add ``trend`` to the CLI's subcommands."""
-    p = commands.add_parser(
-        "trend", help="nightly reports side by side, oldest first: what changed since the night before",
-        description="Compare nightly JSON reports: per night and target the examples, examples/s, verdict, "
-                    "syncs per call (CUDA) and failures (new / still failing / not seen tonight / known), and what "
-                    "the last night changed. A night is a whole run: merge a night's shards first (merge-reports); "
-                    "a partial night (interrupted, or a merge missing shards) is marked so. Nights are ordered by "
-                    "each report's run start time (run.started); if a report records none (written by an older "
-                    "syncfuzz), the order given here is kept: give them oldest first.",
-        epilog="exit codes: 0 the trend was shown (it reports, it does not judge: a new failure does not change "
-               "it; the nightly run's own exit code does), 2 refused: one line, nothing written")
-    p.add_argument("reports", metavar="REPORT", nargs="+", help="nightly JSON reports (fuzz run --report), two or more")
-    p.add_argument("--markdown", metavar="FILE",
-                   help="write the trend as Markdown here (with PNG charts beside it when matplotlib is installed)")
-    p.add_argument("--html", metavar="FILE", help="write one self-contained HTML page here (inline CSS and SVG)")
-    p.add_argument("--threshold", type=_threshold, default=DEFAULT_THRESHOLD, metavar="R",
-                   help=f"report examples falling by more than R of the night before (default {DEFAULT_THRESHOLD:g}: "
-                        "more than 30%%)")
 
 
 def image_paths(markdown_path: Path) -> dict[str, Path]:

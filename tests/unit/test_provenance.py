@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import tests.planted as planted
+from fuzz.cli import build_parser, cmd_provenance
 from fuzz.errors import HarnessError, UsageError
 from fuzz.releases import common, drift, matching, packs, verify
 from fuzz.releases import provenance as prov
@@ -256,9 +257,7 @@ def test_class_drift_ignores_its_methods():
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m fuzz")
-    prov.add_parser(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(["provenance", *argv])
+    return build_parser().parse_args(["provenance", *argv])
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -273,7 +272,7 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_usage_errors_are_one_line_before_any_download(argv, message, tmp_path):
     args = parse("--cache", str(tmp_path / "empty-cache"), *argv)
     with pytest.raises(UsageError, match=message) as caught:
-        prov.cmd_provenance(args)
+        cmd_provenance(args)
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").iterdir())
 
@@ -295,7 +294,7 @@ def test_provenance_is_wired_into_the_cli(capsys):
     from fuzz.cli import main
 
     code = main(["provenance", "--against", "vllm=0.33"])
-    assert code == 2, "fuzz/cli.py must route `provenance` to fuzz.releases.cmd_provenance"
+    assert code == 2, "fuzz/cli.py must route `provenance` to fuzz.commands.provenance"
     assert "vllm==VERSION" in capsys.readouterr().err
 
 
@@ -363,11 +362,12 @@ def test_drift_measures_each_target_from_its_own_release():
 def test_a_side_source_flag_stands_for_the_one_pair_in_play(tmp_path):
     """--legacy-source replaces the default pair's release, or the only pair --target brings in."""
     (tmp_path / "vllm").mkdir()
-    args = parse("--legacy-source", str(tmp_path), "--source", f"0.30.0={tmp_path}")
-    assert sorted(prov._given_sources(args, [DEFAULT_PAIR, SECOND], [*DEFAULT_PAIR, *SECOND])) == ["0.27.1", "0.30.0"]
-    assert sorted(prov._given_sources(args, [SECOND], SECOND)) == ["0.29.0", "0.30.0"]
+    given = dict(side_sources={"legacy": str(tmp_path)}, version_sources=[f"0.30.0={tmp_path}"])
+    both = prov._given_sources([DEFAULT_PAIR, SECOND], [*DEFAULT_PAIR, *SECOND], **given)
+    assert sorted(both) == ["0.27.1", "0.30.0"]
+    assert sorted(prov._given_sources([SECOND], SECOND, **given)) == ["0.29.0", "0.30.0"]
     with pytest.raises(UsageError, match="VERSION=PATH"):
-        prov._given_sources(parse("--source", str(tmp_path)), [DEFAULT_PAIR], DEFAULT_PAIR)
+        prov._given_sources([DEFAULT_PAIR], DEFAULT_PAIR, side_sources={}, version_sources=[str(tmp_path)])
 
 
 def test_a_source_for_a_release_no_copy_came_from_is_refused(tmp_path):
@@ -375,7 +375,7 @@ def test_a_source_for_a_release_no_copy_came_from_is_refused(tmp_path):
     (tmp_path / "vllm").mkdir()
     with pytest.raises(UsageError, match=r"none of the copies checked was taken from vllm 9\.9\.9 \(they come from "
                                          r"0\.27\.1, 0\.28\.0\)"):
-        prov._given_sources(parse("--source", f"9.9.9={tmp_path}"), [DEFAULT_PAIR], DEFAULT_PAIR)
+        prov._given_sources([DEFAULT_PAIR], DEFAULT_PAIR, side_sources={}, version_sources=[f"9.9.9={tmp_path}"])
 
 
 # --------------------------------------------------------------------------- the real copies and wheels
@@ -494,7 +494,7 @@ def test_every_copy_line_verifies(releases, capsys):
     against the release of its own targets' version pair."""
     given = [f"{version}={_path_of(source)}" for version, source in releases.items()]
     args = parse(*[arg for spec in given for arg in ("--source", spec)])
-    code = prov.cmd_provenance(args)
+    code = cmd_provenance(args)
     out = capsys.readouterr().out
     assert code == 0, out[out.find("mismatches:"):] if "mismatches:" in out else out
     for target in TARGETS:
@@ -516,7 +516,7 @@ def _no_download(monkeypatch):
 def test_against_a_release_with_a_shipped_pack_reads_the_pack_not_a_wheel(monkeypatch, tmp_path, capsys):
     _no_download(monkeypatch)
     args = parse("--cache", str(tmp_path / "empty-cache"), "--target", "fla-chunk-offsets", "--against", "vllm==0.30.0")
-    assert prov.cmd_provenance(args) in (0, 1)  # unchanged or drift: either way read offline
+    assert cmd_provenance(args) in (0, 1)  # unchanged or drift: either way read offline
     assert "source pack" in capsys.readouterr().out
 
 
@@ -530,14 +530,14 @@ def test_against_resolves_from_sources_and_the_environment_before_any_download(m
     _no_download(monkeypatch)
     monkeypatch.delenv(SOURCES_ENV, raising=False)
     argv = ("--cache", str(tmp_path / "empty-cache"), "--target", "fla-chunk-offsets", "--against", "vllm==0.39.0")
-    assert prov.cmd_provenance(parse(*argv, "--sources", str(tmp_path / "packs"))) in (0, 1)
+    assert cmd_provenance(parse(*argv, "--sources", str(tmp_path / "packs"))) in (0, 1)
     monkeypatch.setenv(SOURCES_ENV, str(tmp_path / "packs"))
-    assert prov.cmd_provenance(parse(*argv)) in (0, 1)
+    assert cmd_provenance(parse(*argv)) in (0, 1)
     monkeypatch.delenv(SOURCES_ENV)
     with pytest.raises(AssertionError, match="downloaded vllm==0.39.0"):  # no pack anywhere: the download
-        prov.cmd_provenance(parse(*argv))
+        cmd_provenance(parse(*argv))
     with pytest.raises(UsageError, match="--sources '/no/such' is not a directory"):
-        prov.cmd_provenance(parse(*argv, "--sources", "/no/such"))
+        cmd_provenance(parse(*argv, "--sources", "/no/such"))
 
 
 # --------------------------------------------------------------------------- download lines
