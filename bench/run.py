@@ -9,6 +9,8 @@ c. scaling of ``--workers`` 1 -> N (efficiency = speedup / N), on a fixed
 v. the cost of measuring reach (--coverage, fuzz/reach/collect.py): seconds per example with coverage.py
    on against off, alternating, per target and device (the median of the per-pair ratios), and the
    one-time cost per process of cutting the sides' files into definitions;
+r. the cost of the race oracle (--race, fuzz/oracles/races.py): seconds per example on CUDA with it on
+   against off, alternating, per target (the median of the per-pair ratios);
 d. the launch-bound limit: one legacy+optimized+compare round per target
    without Hypothesis, on pre-drawn specs, and the fuzzer's examples/s as a
    fraction of it;
@@ -86,9 +88,10 @@ def bare_given(target: Target, device: str, examples: int, seed: int) -> float:
     return (time.perf_counter() - start) / examples
 
 
-def engine(target: Target, device: str, examples: int, seed: int, coverage: bool = False
+def engine(target: Target, device: str, examples: int, seed: int, coverage: bool = False, race: bool = False
            ) -> tuple[float, list[dict]]:
-    """Seconds per example of the fuzzer's engine (``coverage``: measuring reach), and the specs it drew."""
+    """Seconds per example of the fuzzer's engine (``coverage``: measuring reach; ``race``: the race oracle), and
+    the specs it drew."""
     import fuzz.engine.runner as runner
 
     specs: list[dict] = []
@@ -102,7 +105,7 @@ def engine(target: Target, device: str, examples: int, seed: int, coverage: bool
     try:
         start = time.perf_counter()
         outcome = fuzz_target(target, RunConfig(devices=(device,), seed=seed, max_examples=examples,
-                                                coverage=coverage))
+                                                coverage=coverage, race=race))
         if coverage and outcome.measure:
             outcome.entry()  # the report's reach is cut at the end of the target: part of the cost
         _sync(device)
@@ -212,6 +215,32 @@ def part_v(targets: list[Target], devices: list[str], examples: int, repeats: in
         print(f"median coverage overhead {100 * (statistics.median(ratios) - 1):+.1f}%; "
               f"highest {100 * (max(ratios) - 1):+.1f}%; over +15%: {sum(r > 1.15 for r in ratios)} of {len(ratios)}",
               flush=True)
+
+
+def part_r(targets: list[Target], examples: int, repeats: int, rows: list[dict], save: Callable[[], None]) -> None:
+    """The race oracle (--race, CUDA only) on vs off, alternating which runs first; the median of the pairs'
+    ratios. Off, the engine already arms the copy watch (hidden syncs, copy policy); on, each example runs the
+    optimized side once more held behind a sleeping stream (and legacy too where the optimized side changed)."""
+    for target in targets:
+        if "cuda" not in target.devices:
+            continue
+        engine(target, "cuda", 5, 99)
+        engine(target, "cuda", 5, 99, race=True)
+        pairs = []
+        for repeat in range(repeats):
+            order = (False, True) if repeat % 2 == 0 else (True, False)
+            seconds = {on: engine(target, "cuda", examples, 1 + repeat, race=on)[0] for on in order}
+            pairs.append((seconds[False], seconds[True]))
+        ratio = statistics.median(on / off for off, on in pairs)
+        rows.append({"target": target.name, "device": "cuda", "off_s": statistics.median(p[0] for p in pairs),
+                     "on_s": statistics.median(p[1] for p in pairs), "overhead": ratio,
+                     "ratios": [on / off for off, on in pairs]})
+        save()
+        print(f"{target.name:32} cuda  off {rows[-1]['off_s'] * 1e3:7.2f} ms/example  on {rows[-1]['on_s'] * 1e3:7.2f}"
+              f" ms/example  --race costs {ratio:5.2f}x", flush=True)
+    ratios = [row["overhead"] for row in rows]
+    if ratios:
+        print(f"median --race cost {statistics.median(ratios):.2f}x; highest {max(ratios):.2f}x", flush=True)
 
 
 def hypothesis_alone(target: Target, device: str, examples: int, seed: int, batch: int = 1) -> tuple[float, float]:
@@ -419,6 +448,12 @@ def main() -> None:
     if "v" in args.parts:
         print("== v: the cost of measuring reach (--coverage on vs off)")
         part_v(lookup(args.target), devices, args.examples, args.repeats, result.setdefault("v", []), save)
+    if "r" in args.parts:
+        if torch.cuda.is_available():
+            print("== r: the cost of the race oracle (--race on vs off, CUDA)")
+            part_r(lookup(args.target), args.examples, args.repeats, result.setdefault("r", []), save)
+        else:
+            print("== r: skipped: the race oracle runs on CUDA only")
     if "s" in args.parts:
         print("== s: where an example's time goes (shares of the fuzzer's time per example)")
         part_s(lookup(args.target), devices, args.examples, result.setdefault("s", []), save)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The check every change to a CUDA path runs on the GPU host before it is
 # called done (lab/gpu-runs/ keeps each run): the WHOLE test suite, slow tests
-# included, then a short all-target CUDA fuzz (and the run's replays). Writes
+# included, then a short all-target CUDA fuzz with the race oracle on (--race; and the run's replays). Writes
 # to $OUT (or ./gpu-out): check.log, pytest.log, cuda.json, cuda.md.
 # SIDES="vllm==0.28.0:vllm==0.34.0 ..." adds, first, a pre-merge CUDA run per LEGACY:OPTIMIZED pair of sides
 # (from the shipped source packs; sides-N.json/.md). Exit 0 only if every part passed.
@@ -30,8 +30,8 @@ WORKERS=${WORKERS:-12}; SEED=${SEED:-0}; N=${N:-100}
   suite=$?
   echo "pytest exit $suite ($(( $(date +%s) - start )) s)"; tail -15 "$OUT/pytest.log"
   start=$(date +%s)
-  echo "== python -m fuzz run --device cuda --seed $SEED --max-examples $N (every target)"
-  python3 -m fuzz run --device cuda --seed "$SEED" --max-examples "$N" --corpus /tmp/gpu-check-corpus \
+  echo "== python -m fuzz run --device cuda --race --seed $SEED --max-examples $N (every target)"
+  python3 -m fuzz run --device cuda --race --seed "$SEED" --max-examples "$N" --corpus /tmp/gpu-check-corpus \
     --report "$OUT/cuda.json" --markdown "$OUT/cuda.md" --quiet --confirm 2 --known-issues known-issues.json
   fuzz=$?
   echo "fuzz exit $fuzz ($(( $(date +%s) - start )) s)"
