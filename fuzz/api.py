@@ -22,6 +22,7 @@ from fuzz.interface import (
     Invariant,
     Reference,
     consumer_reads,
+    engine_waited,
     in_consumer_reads,
     per_spec,
     release_of,
@@ -31,4 +32,4 @@ from fuzz.targets import Comparison, Target
 
 __all__ = ["FORM_ATTRIBUTE", "RELEASE_ATTRIBUTE", "SIDES", "Comparison", "Consumer", "HarnessError", "Impl",
            "InputModel", "Invariant", "Plant", "Reference", "SharedPlant", "Target", "UsageError",
-           "consumer_reads", "in_consumer_reads", "per_spec", "release_of"]
+           "consumer_reads", "engine_waited", "in_consumer_reads", "per_spec", "release_of"]

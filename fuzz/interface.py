@@ -90,6 +90,29 @@ def in_consumer_reads() -> bool:
     return _in_consumer.get()
 
 
+_rehold: ContextVar[Callable[[], None] | None] = ContextVar("syncfuzz_rehold", default=None)
+
+
+def engine_waited() -> None:
+    """An input model that drives a sequence of calls calls this right after it made vLLM's engine wait between
+    two steps (a stream or event synchronize): under the race oracle's held run (fuzz/oracles/races.py) the
+    wait ran the held stream's sleep out, and this queues a new one, so the next step's copies and kernels are
+    held too. Outside a held run it does nothing."""
+    hold = _rehold.get()
+    if hold is not None:
+        hold()
+
+
+@contextmanager
+def holding_steps(rehold: Callable[[], None]) -> Iterator[None]:
+    """While inside, ``engine_waited()`` calls ``rehold`` (the race oracle's held run installs it)."""
+    token = _rehold.set(rehold)
+    try:
+        yield
+    finally:
+        _rehold.reset(token)
+
+
 @dataclass(frozen=True)
 class Reference:
     """An independent implementation of what a target's output means.

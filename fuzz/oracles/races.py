@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 
+from fuzz.interface import holding_steps
 from fuzz.oracles.copywatch import CopyCall, CopyWatch, caller_site
 from fuzz.oracles.stress import SLEEP_CYCLES, host_inputs, poison
 
@@ -148,7 +149,8 @@ class Hold:
         return torch.cuda.current_stream() == self.stream
 
     def rearm(self) -> None:
-        """A sync inside the call waited the sleep out: hold the copies enqueued from now on."""
+        """A sync inside the call (or the engine's wait between two steps of a sequence) waited the sleep out:
+        hold the copies and kernels enqueued from now on."""
         if self.on_held_stream() and not self.holding():
             self.sleep()
 
@@ -232,7 +234,7 @@ def _run_held_once(make_thunk: Callable[[], Callable[[], Any]], cycles: int) -> 
     run = RacedRun()
     with torch.cuda.stream(hold.stream):
         hold.sleep()
-        with CopyWatch([recorder]):
+        with CopyWatch([recorder]), holding_steps(hold.rearm):
             try:
                 run.value = first()
             except Exception as exc:  # noqa: BLE001 -- the ordinary run judges exceptions; here it is no race

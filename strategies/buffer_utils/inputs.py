@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.api import HarnessError, Impl, consumer_reads
+from fuzz.api import HarnessError, Impl, consumer_reads, engine_waited
 from strategies.common import choice_of, devices
 
 DTYPES = {"int32": torch.int32, "int64": torch.int64, "float32": torch.float32}
@@ -131,6 +131,7 @@ def engine_wait(device: str) -> None:
     if torch.device(device).type == "cuda":
         with consumer_reads():
             torch.cuda.current_stream().synchronize()
+        engine_waited()  # under the race oracle: the next step is held behind a sleep again
 
 
 @functools.lru_cache(maxsize=None)  # built once: strategies/common.py says why
