@@ -133,3 +133,16 @@ def test_on_cpu_there_is_no_policy_to_judge():
     found = function_copy_policy(_target(("0.29.0", "0.30.0")), {"device": "cpu"}, SideResult(value=0),
                                  SideResult(value=0), RunConfig())
     assert found == []
+
+
+def test_the_engine_wait_hook_re_holds_only_inside_a_held_run():
+    from fuzz.api import engine_waited
+    from fuzz.interface import holding_steps
+
+    calls: list[int] = []
+    engine_waited()  # outside a held run: nothing to do, nothing raised
+    with holding_steps(lambda: calls.append(1)):
+        engine_waited()
+        engine_waited()
+    engine_waited()
+    assert calls == [1, 1]
