@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from fuzz.run.replay import Replayable, ReplayResult
 
 CUDA_ONLY_VERDICTS = {"sync-regression": "GPU<->CPU syncs exist only on CUDA",
-                      "crash": "a device-side assert happens only on CUDA"}
+                      "crash": "a device-side assert happens only on CUDA",
+                      "race": "only a CUDA copy is asynchronous (docs/verdicts.md#races)",
+                      "copy-policy": "only a copy to or from a GPU is judged by the copy policy"}
 
 
 def replay(file: str, *, device: str | None = None, strict: bool = False, known_issues: str | None = None) -> int:
