@@ -93,12 +93,12 @@ def replayable(path: str, strict: bool = True) -> Replayable:
 def replay_file(path: str, device_override: str | None = None, timeout: float | None = None,
                 env: Mapping[str, str] | None = None, device_known: bool = False,
                 strict: bool = True) -> ReplayResult:
-    """Validate ``path`` here, run it in a child process, return what happened.
+    """Validate ``path`` here, run it as a job of a fresh worker process, return what happened.
 
-    Two clocks: the child has ``STARTUP_ALLOWANCE`` to import torch and build
-    its inputs (it says when it starts the example), then ``timeout`` for the
-    example itself -- twice the saved watchdog for a hang, else 10 minutes --
-    so a loaded host's slow start-up never replays a crash as a hang. ``env``: the child's environment
+    The worker's watchdog (fuzz.run.child.watch), two clocks: the child has ``STARTUP_ALLOWANCE`` to import
+    torch and build its inputs (its journal says when it starts the example), then ``timeout`` for the
+    example itself -- twice the saved watchdog for a hang, else 10 minutes -- so a loaded host's slow
+    start-up never replays a crash as a hang. ``env``: the child's environment
     (default this process'; e.g. one outside the run's MPS server, fuzz/run/gpushare.py). ``device_known``: the
     saved device is known to be here (the example just ran on it), so this process does not ask CUDA --
     under MPS, a process that is no CUDA client must not become one, and a server busy with another
