@@ -35,7 +35,6 @@ from fuzz.reports.preflight import (
     check_outputs,
 )
 from fuzz.reports.trend import DEFAULT_THRESHOLD
-from fuzz.run.limits import MIN_EXAMPLE_TIMEOUT, check_workers
 from fuzz.run.session import markdown_images
 from fuzz.targets import CONTRACTS
 
@@ -456,24 +455,12 @@ def _apply_profile(args: argparse.Namespace) -> None:
                                                                 settings.budget, settings.coverage)
 
 
-def _validate_run(args: argparse.Namespace) -> None:
-    if args.require_changes_covered and args.coverage is False:
-        raise UsageError("--require-changes-covered needs the coverage it checks; drop --no-coverage")
-    if args.require_changes_covered and args.legacy == "copy" and args.optimized == "copy":
-        raise UsageError("--require-changes-covered compares two sources' definitions; give --legacy and/or "
-                         "--optimized a release (vllm==X.Y.Z) or a path, or drop the flag")
-    if not args.corpus.strip():  # Path("") is the current folder: the run would litter it
-        raise UsageError("--corpus is empty; give a folder path (default ./fuzz-corpus), or drop the flag")
-    if args.max_restarts < 0:
-        raise UsageError(f"--max-restarts {args.max_restarts} must be 0 or more")
-    if args.confirm < 0:
-        raise UsageError(f"--confirm {args.confirm} must be 0 or more")
+def _check_flags(args: argparse.Namespace) -> None:
+    """What only the command line can get wrong: flags that exclude each other. The settings themselves are
+    checked once, with the run's targets, where the run starts (fuzz.run.session.check_run), still before
+    any work: one line, exit 2."""
     if args.workers > 1 and args.in_process:
         raise UsageError("--workers runs items in pytest-xdist workers; drop --in-process or use --workers 1")
-    if args.example_timeout < MIN_EXAMPLE_TIMEOUT:
-        raise UsageError(f"--example-timeout {args.example_timeout:g} s is shorter than one example can take (the "
-                         f"first CUDA call loads kernels); use {MIN_EXAMPLE_TIMEOUT:g} or more")
-    check_workers(args.workers)
 
 
 def _check_run_collisions(args: argparse.Namespace, outputs: dict[str, Path]) -> None:
@@ -511,21 +498,18 @@ def run_config(args: argparse.Namespace, devices: tuple[str, ...], seed: int) ->
 def cmd_run(args: argparse.Namespace) -> int:
     """``fuzz run``: the arguments checked and turned into a RunConfig, then fuzz.run.session.run."""
     from fuzz.engine.devices import resolve_devices
-    from fuzz.run.plan import parse_shard
     from fuzz.run.session import run
-    from fuzz.targets import lookup
 
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")  # this run's, not the process's
     _apply_profile(args)
-    _validate_run(args)
+    _check_flags(args)
     outputs = check_outputs({"report": args.report, "markdown": args.markdown, "junit": args.junit, "html": args.html})
     _check_run_collisions(args, outputs)
     # What the arguments name, each one line and exit 2 when wrong (a signal meanwhile is held, and the
-    # session's first phase acts on it: fuzz/run/interrupts.py hold_early_signals).
+    # session's first phase acts on it: fuzz/run/interrupts.py hold_early_signals). The run's settings and
+    # targets are checked once, by the session's set-up (fuzz.run.session.check_run), before any work.
     _resolve_sides(args)
-    lookup(args.target)
     devices = resolve_devices(args.device)
-    parse_shard(args.shard)
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     result = run(run_config(args, devices, seed), outputs=outputs, known_issues=args.known_issues or None,
                  fallback=Path(args.corpus) / "reports" if args.corpus.strip() else None,

@@ -261,14 +261,25 @@ def catalog_targets() -> tuple[Target, ...]:
     return tuple(target for module in modules for target in module.TARGETS)
 
 
+_REGISTRIES: dict[tuple[str, ...], dict[str, Target]] = {}
+
+
 def all_targets(extra_modules: Iterable[str] = ()) -> dict[str, Target]:
     """Every registered target by name: the catalog plus plug-in modules.
 
-    A name registered by two sources is an error naming both: a plug-in must never shadow a catalog target
-    (or another plug-in's) without anyone being told -- its runs would report the real target's name."""
+    Looked up once per process for each set of modules (the session, a worker's jobs, a folder of repro
+    files all ask again); a registry that is refused is not kept. A name registered by two sources is an
+    error naming both: a plug-in must never shadow a catalog target (or another plug-in's) without anyone
+    being told -- its runs would report the real target's name."""
+    modules = tuple(dict.fromkeys([*plugin_modules(), *extra_modules]))  # a module named twice registers once
+    if modules not in _REGISTRIES:
+        _REGISTRIES[modules] = _registry(modules)
+    return dict(_REGISTRIES[modules])
+
+
+def _registry(modules: tuple[str, ...]) -> dict[str, Target]:
     found: dict[str, Target] = {}
     origin: dict[str, str] = {}
-    modules = list(dict.fromkeys([*plugin_modules(), *extra_modules]))  # a module named twice registers once
     sources: list[tuple[str, Iterable[Target]]] = [(f"the catalog ({CATALOG_PACKAGE}/*/record.py)", catalog_targets())]
     for module_name in modules:
         try:
@@ -290,7 +301,12 @@ def all_targets(extra_modules: Iterable[str] = ()) -> dict[str, Target]:
 
 def lookup(names: Sequence[str], extra_modules: Iterable[str] = ()) -> list[Target]:
     """The named targets (all when ``names`` is empty), in catalog order."""
-    registry = all_targets(extra_modules)
+    return select(all_targets(extra_modules), names)
+
+
+def select(registry: dict[str, Target], names: Sequence[str]) -> list[Target]:
+    """The named targets of ``registry`` (all when ``names`` is empty), in the order named; an unknown name
+    is a UsageError naming the closest ones."""
     if not names:
         return list(registry.values())
     chosen = []

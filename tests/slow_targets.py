@@ -70,20 +70,30 @@ def off_by_one(cu_seqlens: Any, chunk_size: int) -> Any:
 
 
 def off_by_one_then_stuck_in_replay(cu_seqlens: Any, chunk_size: int) -> Any:
-    """``off_by_one`` while fuzzing; in a confirmation replay (``python -m
-    fuzz.run.replay``) it says so in SYNCFUZZ_TEST_STUCK and sleeps, so a test can
-    signal the run while it confirms."""
+    """``off_by_one`` while fuzzing; in a confirmation replay (a worker's replay job,
+    fuzz.run.isolation._replay_job) it says so in SYNCFUZZ_TEST_STUCK and sleeps, so a
+    test can signal the run while it confirms."""
     import os
     import sys
     from pathlib import Path
 
-    if Path(sys.argv[0]).name == "replay.py":
+    if _in_replay_job(sys._getframe(1)):
         stuck = Path(os.environ["SYNCFUZZ_TEST_STUCK"])
         aside = stuck.with_name(stuck.name + f".{os.getpid()}.tmp")
         aside.write_text(str(os.getpid()))
         os.replace(aside, stuck)
         time.sleep(3600)
     return off_by_one(cu_seqlens, chunk_size)
+
+
+def _in_replay_job(frame: Any) -> bool:
+    """Whether this call runs inside a worker's replay job (the stack holds fuzz.run.isolation._replay_job)."""
+    while frame is not None:
+        # By file: the worker runs fuzz/run/isolation.py as __main__.
+        if frame.f_code.co_name == "_replay_job" and frame.f_code.co_filename.endswith("isolation.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 TARGETS.append(dataclasses.replace(_OFFSETS, name="always-diverges", optimized="tests.slow_targets:off_by_one"))

@@ -155,12 +155,14 @@ def run_side(target: Target, side: str, spec: dict, stress: bool = False) -> Sid
     return result
 
 
-def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) -> ExampleResult:
+def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG,
+                sync_rule: str | None = None) -> ExampleResult:
     """Both sides on fresh inputs, as ``config`` says: under ``stress`` the
     optimized side runs behind a sleeping stream with its host inputs poisoned
     on return; under ``upstream`` (and a target that kept its ``upstream_impl``,
     see fuzz.engine.upstream.with_upstream) the real vllm function runs too and must
-    match our optimized copy."""
+    match our optimized copy. ``sync_rule``: the rule fuzz.engine.prepare decided for the target (None:
+    decided here, fuzz.oracles.syncrule.sync_rule)."""
     legacy = run_side(target, "legacy", spec)
     optimized = run_side(target, "optimized", spec, stress=config.stress)
 
@@ -172,14 +174,15 @@ def run_example(target: Target, spec: dict, config: RunConfig = DEFAULT_CONFIG) 
                 for m in differences] if third.failed else []
 
     decision = judge_example(target, spec, legacy, optimized, config,
-                             real_vllm if config.upstream and target.upstream_impl else None,
+                             real_vllm if config.upstream and target.upstream_impl else None, sync_rule,
                              race=config.race and spec["device"].startswith("cuda"))
     return ExampleResult(spec, decision.verdict, decision.mismatches, legacy, optimized, decision.oracles)
 
 
 def judge_example(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
                   config: RunConfig = DEFAULT_CONFIG,
-                  upstream: Callable[[], list[Mismatch]] | None = None, race: bool = False) -> ExampleDecision:
+                  upstream: Callable[[], list[Mismatch]] | None = None,
+                  sync_rule: str | None = None, race: bool = False) -> ExampleDecision:
     """The example's verdict from its two sides' results: each oracle asked as fuzz.records.verdicts.decide_example
     says (the one place the precedence is written), with the target's comparison, its sync rule under
     ``config`` (fuzz/oracles/syncrule.py), and its invariants, reference and consumer (fuzz/oracles/)."""
@@ -191,8 +194,9 @@ def judge_example(target: Target, spec: dict, legacy: SideResult, optimized: Sid
         compared = differential(legacy, optimized, target.comparison, known_equal=identical)
     return decide_example(
         compared, legacy.ok and optimized.ok,
-        sync=_staged("compare", lambda: function_syncs(target, spec, legacy, optimized, config)),
-        policy=lambda: function_copy_policy(target, spec, legacy, optimized, config),  # a count: not a stage
+        sync=_staged("compare", lambda: function_syncs(target, spec, legacy, optimized, config, sync_rule)),
+        # A count, not a stage of its own.
+        policy=lambda: function_copy_policy(target, spec, legacy, optimized, config, sync_rule),
         race=_staged("race", lambda: race_finding(target, spec, legacy, optimized)) if race else list,
         invariants=_staged("oracles", lambda: check_invariants(target, spec, legacy, optimized, identical)),
         reference=_staged("oracles", lambda: check_reference(target, spec, legacy, optimized, identical)),

@@ -11,6 +11,7 @@ JSON, so replay rebuilds the exact tensors without unpickling anything.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ from fuzz.oracles.outcome import SideResult
 from fuzz.records.verdicts import EXAMPLE_VERDICTS
 from fuzz.releases import side_identities, side_labels
 from fuzz.reports.outputs import write_json
-from fuzz.targets import CONTRACTS, Target, all_targets, catalog_targets
+from fuzz.targets import CONTRACTS, TARGET_MODULES_ENV, Target, all_targets, catalog_targets, plugin_modules
 from fuzz.versions import target_versions, versions
 
 REPRO_FORMAT = "syncfuzz-repro/1"
@@ -188,3 +189,33 @@ def repro_config(payload: dict, source: str = "repro file") -> RunConfig:
                      seed=payload["seed"] if isinstance(payload.get("seed"), int) else 0,
                      target_modules=(module,) if module else (),
                      example_timeout=float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 120.0)
+
+
+def trusted_modules(payload: dict, config: RunConfig, source: str) -> list[str]:
+    """The plug-in modules a replay may import: those the file names, if this
+    environment trusts them (``SYNCFUZZ_TARGET_MODULES``). A repro file is
+    data: a module it names is never imported on its word alone."""
+    named = list(config.target_modules)
+    if payload.get("target_module") and payload["target_module"] not in named:
+        named.append(payload["target_module"])
+    trusted = set(plugin_modules())
+    needed = payload.get("target_module")
+    if needed and needed not in trusted:
+        raise ReproFileError(f"repro file {source!r} needs target module {needed!r}, which this environment does not "
+                             f"trust; if it is yours, run with {TARGET_MODULES_ENV}={needed}")
+    return [m for m in named if m in trusted]
+
+
+def unbuildable(target: Target, spec: dict) -> str | None:
+    """Why the target's input model cannot build inputs from ``spec`` (None: it can).
+
+    A saved spec was drawn by the input model, so one that it cannot build was
+    edited or written by another version: the file's problem, not a fuzzer bug.
+    """
+    model = target.input_model()
+    for side in ("legacy", "optimized"):
+        try:
+            model.materialize(copy.deepcopy(spec), target.impl(side), side)
+        except Exception as exc:  # noqa: BLE001 -- any failure to build is the reason
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    return None

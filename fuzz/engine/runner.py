@@ -35,15 +35,14 @@ from fuzz.config import NO_HOOKS, Hooks, RunConfig
 from fuzz.engine.devices import devices_for, on_devices
 from fuzz.engine.execute import CudaContextLost, ExampleResult, fatal_cuda_error, run_example
 from fuzz.engine.journals import start_database
+from fuzz.engine.prepare import prepare
 from fuzz.engine.repro import repro_payload, save_repro
-from fuzz.engine.upstream import with_upstream
 from fuzz.errors import HarnessError
 from fuzz.oracles.outcome import Raised, SideResult
-from fuzz.oracles.syncrule import descent_parts, sync_rule
 from fuzz.reach.collect import Measure, measure_for, static_same_code
 from fuzz.records.model import DeviceTally, Failure, TargetEntry
 from fuzz.records.verdicts import Mismatch, Verdict, worst
-from fuzz.releases import CannotBuild, Retired, bind_sides
+from fuzz.releases import CannotBuild, Retired
 from fuzz.targets import Target
 
 try:  # The engine call that runs each test case; its runner knows the phase (not public API, see below).
@@ -407,20 +406,19 @@ def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None
     single_threaded()
     outcome = TargetOutcome(target, devices_for(target.devices, config.devices))
     try:
-        target = bind_sides(target, config)
+        prepared = prepare(target, config)  # the sides, --upstream and the sync rule (fuzz/engine/prepare.py)
     except Retired as exc:
         outcome.retired = exc.retirement.to_json()
         return outcome
     except CannotBuild as exc:
         outcome.cannot_build = str(exc)
         return outcome
-    target, outcome.upstream = with_upstream(target, config)
+    target, outcome.upstream = prepared.target, prepared.upstream
     if not outcome.devices:
         outcome.skipped = f"runs on {', '.join(target.devices)}; this run has {', '.join(config.devices)}"
         return outcome
-    outcome.sync_rule = sync_rule(target, config)
-    if outcome.sync_rule != "budget":  # a side from a source: which parts descend from the budget's release
-        outcome.sync_descent = descent_parts(target, config)
+    outcome.sync_rule = prepared.sync_rule
+    outcome.sync_descent = prepared.sync_descent  # {} for the copies; else which parts descend from the budget's
     outcome.same_code = static_same_code(target, config)
     if config.coverage:
         outcome.measure = measure_for(target, config)
@@ -428,14 +426,14 @@ def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None
             outcome.measure = None
     try:
         with no_local_constants():
-            return _fuzz(target, config, deadline, hooks, first_chunk, outcome)
+            return _fuzz(target, config, deadline, hooks, first_chunk, outcome, prepared.sync_rule)
     finally:
         if outcome.measure:
             outcome.measure.stop()
 
 
 def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hooks, first_chunk: int,
-          outcome: TargetOutcome) -> TargetOutcome:
+          outcome: TargetOutcome, rule: str) -> TargetOutcome:
     started = outcome.started = time.monotonic()
     outcome.deadline = deadline
     for device in outcome.devices:
@@ -473,7 +471,7 @@ def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hook
             hooks.before_example(spec, outcome)
         try:
             try:
-                result = run_example(target, spec, config=config)
+                result = run_example(target, spec, config=config, sync_rule=rule)
             except Exception as exc:
                 # A fatal CUDA error anywhere in the example (an oracle's comparison, the consumer) means the
                 # context is gone as surely as one in a side: the process must go, not report a fuzzer bug.

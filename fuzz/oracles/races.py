@@ -92,7 +92,8 @@ def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
 def caller_inputs(thunk: Callable[[], Any]) -> list[Any]:
     """Everything of ``caller_memory`` and the lists of numbers a thunk closes over: what the next call's
     inputs are poisoned in (its own data, so that it stages other values than the call before)."""
-    return host_inputs(thunk) + [b for owned in getattr(thunk, "caller_owned", ()) for b in _buffers_of(owned, set(), 0)]
+    owned = getattr(thunk, "caller_owned", ())
+    return host_inputs(thunk) + [buffer for obj in owned for buffer in _buffers_of(obj, set(), 0)]
 
 
 def caller_memory(thunk: Callable[[], Any]) -> list[Any]:

@@ -139,7 +139,7 @@ def relative_detail(rule: str, target: Target, legacy_syncs: int, optimized_sync
 
 
 def function_syncs(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
-                   config: Any) -> list[Mismatch]:
+                   config: Any, rule: str | None = None) -> list[Mismatch]:
     """The sync oracle on one example whose sides agree and both returned: what, if anything, the
     optimized side's syncs break under the target's rule (``sync_rule``) with ``config``'s sides and
     contract; [] when nothing. fuzz.records.verdicts.decide_example weighs it with the other oracles.
@@ -149,8 +149,9 @@ def function_syncs(target: Target, spec: dict, legacy: SideResult, optimized: Si
     optimized code was never meant to take sync-free (device metadata, CPU coordinates), so there it may
     make as many as legacy. Where the rule is relative, more optimized syncs than legacy ones on the same
     CUDA input is a regression (and its message says whether the budget was exceeded too). Fewer syncs
-    than legacy is never one of the relative rule."""
-    rule = sync_rule(target, config)
+    than legacy is never one of the relative rule. ``rule``: as the run decided it once for the target
+    (fuzz.engine.prepare); None: decided here."""
+    rule = sync_rule(target, config) if rule is None else rule
     on_cuda = spec["device"].startswith("cuda")
     budget = target.syncs_allowed(spec) if on_cuda else None
     found: list[Mismatch] = []
@@ -187,7 +188,7 @@ def copy_policy_budget(target: Target) -> int | None:
 
 
 def function_copy_policy(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,
-                         config: Any) -> list[Mismatch]:
+                         config: Any, rule: str | None = None) -> list[Mismatch]:
     """The copy-policy oracle on one example whose sides agree and both returned (CUDA only: on CPU no copy
     reaches a GPU): the optimized side's copies that vLLM's CI check rejects (non_blocking, CPU side pageable
     or not densely laid out; fuzz/oracles/copypolicy.py), judged as syncs are (``sync_rule``): by the
@@ -197,7 +198,7 @@ def function_copy_policy(target: Target, spec: dict, legacy: SideResult, optimiz
     if optimized.policy is None or legacy.policy is None:
         return []
     made, before = len(optimized.policy), len(legacy.policy)
-    rule = sync_rule(target, config)
+    rule = sync_rule(target, config) if rule is None else rule
     budget = copy_policy_budget(target) if judges_budget(rule) else None
     if budget is not None and config.contract == "wide":
         budget = max(budget, before)

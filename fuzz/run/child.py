@@ -1,32 +1,50 @@
 """The one protocol for the fuzzer's child processes.
 
-The fuzzer starts Python children of its own: the isolated worker (fuzz/run/isolation.py), the pytest-xdist
-controller whose workers fuzz the items (fuzz/run/workers.py, fuzz/run/xdist_items.py), the replay and
-``--confirm`` children (fuzz/run/replay.py) and the MPS guardian (fuzz/run/gpushare.py). Each of them
+The fuzzer starts Python children of its own: the worker process (fuzz/run/isolation.py), which runs the
+isolated fuzz jobs and the replay and ``--confirm`` jobs (fuzz/run/replay.py), the pytest-xdist controller
+whose workers fuzz the items (fuzz/run/workers.py, fuzz/run/xdist_items.py) and the MPS guardian
+(fuzz/run/gpushare.py). Each of them
 
 - gets its environment from ``child_env``: this process' (or the caller's) with the repository root
   first on ``PYTHONPATH`` (the children import ``fuzz`` from this source tree, installed or not), the
   libraries' thread pools set (``worker_threads_env``) and the caller's changes applied last;
 - is sent the run config whole (``config_payload``) and sends back the config as it read it with its
   answer (``send_back``); the parent refuses an answer run with other settings (``read_back``,
-  ``check_config_came_back``): a setting must not be lost on the way to a child. That is the isolated
-  worker's job and result files and the xdist run and item files; a replay child reads its config from
-  the repro file itself (fuzz/engine/repro.py), and the guardian needs none.
+  ``check_config_came_back``): a setting must not be lost on the way to a child. That is the worker's
+  job and result files (a replay job's config is the one its repro file saved, fuzz/engine/repro.py) and
+  the xdist run and item files; the guardian needs none.
 
-It imports nothing of the engine but its error type, its atomic writer and ``REPO_ROOT`` (the source
-tree, defined in the ground, fuzz/versions.py).
+A worker process has one channel (``WorkerProcess``): a job file's path in on its stdin, ``done PATH`` back
+on its stdout once the job's answer is written, its stderr kept (and echoed for a fuzz job); and one
+watchdog (``watch``): the job's journal names the example it started and when, so a job that starts no
+example within ``STARTUP_ALLOWANCE`` or whose example outruns its limit is a hang, and a process that
+ends without answering died.
+
+It imports nothing of the engine but its error type, its atomic writer, the worker's status-line printer
+and ``REPO_ROOT`` (the source tree, defined in the ground, fuzz/versions.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, TextIO
 
 from fuzz.errors import HarnessError
 from fuzz.reports.outputs import write_json
+from fuzz.reports.report import PROGRESS_MARK, show_worker_line
 from fuzz.versions import REPO_ROOT  # the source tree, defined once (fuzz.versions); re-exported
+
+STARTUP_ALLOWANCE = 120.0  # seconds for a worker to import torch (a CUDA context) and reach its job's first example
+WORKER_COMMAND = ("-m", "fuzz.run.isolation", "--serve")  # the worker process (fuzz/run/isolation.py _serve)
 
 # The thread pools a worker's libraries start for themselves. torch's intra-op threads are set in the fuzz
 # process (fuzz.engine.runner.single_threaded, SYNCFUZZ_THREADS); these are read from the environment when each
@@ -75,6 +93,16 @@ def config_payload(config: Config) -> dict[str, Any]:
     return config.to_json()
 
 
+REPLAY_JOB = "replay"  # a job file's "kind" for a replay (fuzz/run/replay.py); a fuzz job has none
+
+
+def replay_job_args(repro: str, device: str, config: Config, *, journal: Path, result: Path) -> dict[str, Any]:
+    """One replay job for a worker: the repro file, the device to replay it on, and the config the file saved
+    (sent, and read back with the answer)."""
+    return {"kind": REPLAY_JOB, "repro": repro, "device": device, "config": config_payload(config),
+            "journal": str(journal), "result": str(result)}
+
+
 def check_config_came_back(sent: Config, received: Any, where: str) -> None:
     """Refuse an answer whose config is not the one sent: a setting lost or changed on the way is a fuzzer
     bug, and the answer is not the run's. ``where`` names the child, e.g. "the worker"."""
@@ -96,3 +124,109 @@ def read_back(path: Path, sent: Config, where: str) -> dict[str, Any]:
     data = json.loads(Path(path).read_text())
     check_config_came_back(sent, data.get("config"), where)
     return data
+
+
+# ---------------------------------------------------------------- the worker channel and its watchdog
+
+def death(returncode: int) -> str:
+    """How a worker process ended, in words."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"worker killed by {name}"
+    return f"worker exited with status {returncode}"
+
+
+def _pump(stream: TextIO, keep: deque, echo: bool, progress: bool) -> None:
+    """Keep the tail of a worker's stderr for crash reports; with ``echo``, show it too (status lines, what
+    the code under test prints; the live progress lines only with ``progress``)."""
+    live = sys.stderr.isatty()
+    for line in iter(stream.readline, ""):
+        keep.append(line.rstrip())
+        if echo and (progress or not line.startswith(PROGRESS_MARK)):
+            show_worker_line(line, sys.stderr, live)
+    stream.close()
+
+
+class WorkerProcess:
+    """One persistent worker process (fuzz/run/isolation.py): jobs go in on stdin, "done" lines come back on
+    stdout, stderr is kept (its tail, for crash reports) and, with ``echo``, shown. ``env`` is its whole
+    environment (``child_env``'s)."""
+
+    def __init__(self, env: Mapping[str, str], *, progress: bool = True, echo: bool = True) -> None:
+        # Its own session: a hang is killed with its whole process group. When
+        # the parent dies, stdin closes and the worker ends by itself.
+        self.process = subprocess.Popen([sys.executable, *WORKER_COMMAND], env=dict(env),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, bufsize=1, start_new_session=True)
+        self.tail: deque = deque(maxlen=20)
+        self.answers: queue.Queue = queue.Queue()
+        threading.Thread(target=_pump, args=(self.process.stderr, self.tail, echo, progress), daemon=True).start()
+        threading.Thread(target=self._read_answers, daemon=True).start()
+
+    def _read_answers(self) -> None:
+        for line in iter(self.process.stdout.readline, ""):
+            self.answers.put(line.strip())
+        self.answers.put(None)  # closed: the process ended
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def submit(self, args_path: Path) -> None:
+        self.process.stdin.write(f"{args_path}\n")
+        self.process.stdin.flush()
+
+    def answer(self, timeout: float) -> str | None:
+        """The next answer line, "" if none came within ``timeout``, None once the process ended."""
+        try:
+            return self.answers.get(timeout=timeout)
+        except queue.Empty:
+            return ""
+
+    def kill(self) -> None:
+        if self.alive:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+
+    def drain(self) -> None:
+        """Give the stderr pump a moment to keep the dead worker's last lines."""
+        deadline = time.monotonic() + 2.0
+        while self.process.stderr and not self.process.stderr.closed and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def last_line(self) -> str:
+        """The last line the worker wrote to stderr that is not blank."""
+        return next((line for line in reversed(self.tail) if line.strip()), "(no output)")
+
+
+def read_journal(path: Path) -> dict:
+    """A job's journal (the example it started, when; a lost CUDA context's reason): {} while unreadable
+    (the worker rewrites it in place, fuzz/run/isolation.py)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def watch(worker: WorkerProcess, args_path: Path, journal: Path, example_timeout: float,
+          startup: float = STARTUP_ALLOWANCE) -> tuple[str | None, bool]:
+    """The watchdog of a job submitted to ``worker``: (its answer, False) once it is answered, (None, False)
+    when the process ended without answering, (the last answer read, True) when it hung -- no example
+    started within ``startup`` of now, or the example the journal names ran past ``example_timeout``. Two
+    clocks, so a loaded host's slow start-up (torch, a CUDA context) is never judged a hang."""
+    submitted = time.time()
+    started = None
+    while True:
+        answer = worker.answer(timeout=0.1)
+        if answer is None or answer == f"done {args_path}":
+            return answer, False
+        started = read_journal(journal).get("started") or started  # keep the last good reading
+        limit = example_timeout if started else startup
+        if time.time() - (started or submitted) > limit:
+            return answer, True

@@ -16,31 +16,42 @@ targets did 129 examples). Only a death or a hang costs a fresh process.
 
 Crashing inputs are not shrunk (each shrink step would cost a process); the
 journaled input is the one that crashed.
+
+A replay (fuzz/run/replay.py: ``replay``, ``--confirm``, an MPS victim's re-run) is a job of the same
+worker process, answered the same way: its one saved example journaled before it runs, its answer a result
+file with the config it ran under (fuzz/run/child.py, the one channel and watchdog of both).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from fuzz.config import Hooks, RunConfig
 from fuzz.errors import FuzzError
 from fuzz.records.model import DeviceTally, TargetEntry
 from fuzz.records.verdicts import Verdict
 from fuzz.reports.outputs import write_json
-from fuzz.reports.report import PROGRESS_MARK, progress_printer, show_worker_line
-from fuzz.run.child import apply_env, child_env, config_payload, read_back, send_back
+from fuzz.reports.report import progress_printer
+from fuzz.run.child import (  # noqa: F401
+    REPLAY_JOB,
+    STARTUP_ALLOWANCE,
+    WorkerProcess,
+    apply_env,
+    child_env,
+    config_payload,
+    death,
+    read_back,
+    read_journal,
+    send_back,
+    watch,
+)
 from fuzz.run.gpushare import READY_WAIT_S, outside_mps, outside_mps_changes, under_mps, wait_until_ready
 from fuzz.run.interrupts import die_with_parent
 from fuzz.targets import Target, lookup
@@ -55,7 +66,6 @@ if TYPE_CHECKING:
 
 EXIT_CONTEXT_LOST = 86
 WARM_CUDA_ENV = "SYNCFUZZ_WARM_CUDA"  # "1": the worker makes its CUDA context at start (fuzz.run.xdist_items)
-STARTUP_ALLOWANCE = 120.0  # seconds for a worker to import torch and reach its first example
 SNAPSHOT_EVERY = 2.0  # seconds between outcome snapshots in the journal
 
 
@@ -87,7 +97,7 @@ class Isolation:
         if self._process is None or not self._process.alive:
             if self._started and self.under_mps():
                 self._wait_for_mps()
-            self._process = WorkerProcess(self.env, self.progress)
+            self._process = WorkerProcess(worker_env(self.env), progress=self.progress)
             self._started += 1
         return self._process
 
@@ -160,6 +170,9 @@ def _run_job(args_path: str) -> None:
     from fuzz.engine.runner import fuzz_target
 
     args = json.loads(Path(args_path).read_text())
+    if args.get("kind") == REPLAY_JOB:
+        _replay_job(args)
+        return
     target, config = job_config(args)
     journal = Path(args["journal"])
     last_snapshot = [0.0]
@@ -179,7 +192,7 @@ def _run_job(args_path: str) -> None:
         # Rewritten in place, once per example: ~8 us, where write-then-rename
         # cost ~120 us (ext4), a fifth of a cheap target's example. A reader
         # racing the rewrite sees an empty or partial record, which
-        # fuzz.run.isolation._journal treats as unreadable and the watchdog keeps its
+        # fuzz.run.child.read_journal treats as unreadable and the watchdog keeps its
         # last good reading; once the worker is dead the last record is whole
         # (it dies inside an example, not while writing). No fsync: a dying
         # process keeps what it wrote, only a host crash loses it.
@@ -210,28 +223,59 @@ def _run_job(args_path: str) -> None:
     send_back(Path(args["result"]), config, entry=outcome.entry().to_json())
 
 
+def _replay_job(args: dict) -> None:
+    """Replay one saved failure (fuzz/run/replay.py): its input rebuilt from the saved spec, both sides run
+    once under the run config saved with it (contract, stress, ``--upstream``: the judgement of the run that
+    found it). The answer, beside the config it ran under: ``invalid_input`` (the spec cannot be built),
+    ``fuzzer_error``, ``crash`` (this process' CUDA context is lost) or the example's verdict. Any other
+    exception ends the process: the parent reports the death."""
+    from fuzz.engine.execute import CudaContextLost, fatal_cuda_error, run_example
+    from fuzz.engine.prepare import prepare
+    from fuzz.engine.repro import load_repro, trusted_modules, unbuildable
+    from fuzz.engine.runner import single_threaded
+    from fuzz.errors import HarnessError
+    from fuzz.releases import CannotBuild
+    from fuzz.targets import lookup
+
+    single_threaded()
+    path, result = args["repro"], Path(args["result"])
+    payload = load_repro(path)
+    config = RunConfig.from_json(args["config"], "replay job")  # the one the parent read from the file, as sent
+    (target,) = lookup([payload["target"]], trusted_modules(payload, config, path))
+    try:
+        prepared = prepare(target, config)
+    except CannotBuild as exc:
+        send_back(result, config, replay={"fuzzer_error": f"cannot build a side: {exc}"})
+        return
+    target = prepared.target
+    spec = dict(payload["input"], device=args["device"])
+    problem = unbuildable(target, spec)
+    if problem:
+        send_back(result, config, replay={"invalid_input": problem})
+        return
+    Path(args["journal"]).write_text(json.dumps({"spec": spec, "started": time.time()}))  # the watchdog's clock
+    try:
+        found = run_example(target, spec, config=config, sync_rule=prepared.sync_rule)
+    except CudaContextLost as lost:
+        send_back(result, config, replay={"crash": f"CUDA context lost: {lost}"})
+        return
+    except Exception as exc:
+        fatal = fatal_cuda_error(exc)  # as the fuzz worker judges it (fuzz.engine.runner): the context is gone
+        if fatal is None:
+            if isinstance(exc, HarnessError):
+                send_back(result, config, replay={"fuzzer_error": str(exc)})
+                return
+            raise
+        send_back(result, config, replay={"crash": f"CUDA context lost: harness: {str(fatal).splitlines()[0]}"})
+        return
+    send_back(result, config, replay={
+        "verdict": found.verdict.value, "mismatches": [m.as_json() for m in found.mismatches],
+        "exceptions": {side: raised.type_name if raised else None
+                       for side, raised in (("legacy", found.legacy.raised), ("optimized", found.optimized.raised))},
+        "oracles": list(found.oracles)})
+
+
 # ---------------------------------------------------------------- parent side
-
-def _death(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"worker killed by {name}"
-    return f"worker exited with status {returncode}"
-
-
-def _pump(stream: TextIO, keep: deque, progress: bool) -> None:
-    """Echo a worker's stderr (status lines, what the code under test prints)
-    and keep its tail for crash reports."""
-    live = sys.stderr.isatty()
-    for line in iter(stream.readline, ""):
-        keep.append(line.rstrip())
-        if progress or not line.startswith(PROGRESS_MARK):
-            show_worker_line(line, sys.stderr, live)
-    stream.close()
-
 
 def fuzz_isolated(target: Target, config: RunConfig, deadline: float | None, isolation: Isolation) -> TargetEntry:
     """Fuzz ``target`` in worker processes; return its entry."""
@@ -355,51 +399,6 @@ def worker_env(env: dict[str, str | None] | None) -> dict[str, str]:
     return child_env(env)
 
 
-class WorkerProcess:
-    """One persistent worker: jobs go in on stdin, "done" lines come back on
-    stdout, stderr is echoed (progress) and its tail kept for crash reports."""
-
-    def __init__(self, env: dict[str, str | None] | None, progress: bool = True) -> None:
-        full_env = worker_env(env)
-        # Its own session: a hang is killed with its whole process group. When
-        # the parent dies, stdin closes and the worker ends by itself.
-        self.process = subprocess.Popen([sys.executable, "-m", "fuzz.run.isolation", "--serve"], env=full_env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, bufsize=1, start_new_session=True)
-        self.tail: deque = deque(maxlen=20)
-        self.answers: queue.Queue = queue.Queue()
-        threading.Thread(target=_pump, args=(self.process.stderr, self.tail, progress), daemon=True).start()
-        threading.Thread(target=self._read_answers, daemon=True).start()
-
-    def _read_answers(self) -> None:
-        for line in iter(self.process.stdout.readline, ""):
-            self.answers.put(line.strip())
-        self.answers.put(None)  # closed: the process ended
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def submit(self, args_path: Path) -> None:
-        self.process.stdin.write(f"{args_path}\n")
-        self.process.stdin.flush()
-
-    def answer(self, timeout: float) -> str | None:
-        """The next answer line, "" if none came within ``timeout``, None once the process ended."""
-        try:
-            return self.answers.get(timeout=timeout)
-        except queue.Empty:
-            return ""
-
-    def kill(self) -> None:
-        if self.alive:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait()
-
-
 def _run_worker(args_path: Path, target: Target, config: RunConfig, journal: Path, result: Path,
                 isolation: Isolation) -> tuple[TargetEntry, tuple[dict, Verdict, str] | None]:
     worker = isolation.worker()
@@ -409,49 +408,31 @@ def _run_worker(args_path: Path, target: Target, config: RunConfig, journal: Pat
         isolation.discard_worker()
         worker = isolation.worker()
         worker.submit(args_path)
-    submitted = time.time()
-    hung = False
-    started = None
-    while True:
-        answer = worker.answer(timeout=0.1)
-        if answer is None or answer == f"done {args_path}":
-            break
-        started = _journal(journal).get("started") or started  # keep the last good reading
-        limit = config.example_timeout if started else STARTUP_ALLOWANCE
-        if time.time() - (started or submitted) > limit:
-            hung = True
-            break
+    answer, hung = watch(worker, args_path, journal, config.example_timeout)
     if hung:
         isolation.discard_worker()
     elif answer is not None and result.exists():
         return _read_result(result, config), None
     else:
         worker.process.wait()
-        _drain(worker)
+        worker.drain()
         isolation.discard_worker()
     returncode = worker.process.returncode
     tail = worker.tail
     snapshot = journal.with_suffix(".snapshot.json")
     part = (TargetEntry.from_json(json.loads(snapshot.read_text()), "worker snapshot") if snapshot.exists()
             else _empty_entry(target, config))
-    record = _journal(journal)
+    record = read_journal(journal)
     if "spec" not in record:
         # Nothing ran: an import or set-up failure is the fuzzer's, not a verdict.
-        return replace(part, fuzzer_error=f"{DIED_BEFORE_FIRST} ({_death(returncode)}): "
+        return replace(part, fuzzer_error=f"{DIED_BEFORE_FIRST} ({death(returncode)}): "
                                           f"{tail[-1] if tail else '(no output)'}"), None
     if hung:
         return part, (record["spec"], Verdict.HANG, f"example ran past the {config.example_timeout:g} s watchdog")
     if returncode == EXIT_CONTEXT_LOST and "fatal" in record:
         return part, (record["spec"], Verdict.CRASH, record["fatal"])
     last = next((line for line in reversed(tail) if line.strip()), "(no output)")
-    return part, (record["spec"], Verdict.CRASH, f"{_death(returncode)}; last output: {last[:300]}")
-
-
-def _drain(worker: WorkerProcess) -> None:
-    """Give the stderr pump a moment to keep the dead worker's last lines."""
-    deadline = time.monotonic() + 2.0
-    while worker.process.stderr and not worker.process.stderr.closed and time.monotonic() < deadline:
-        time.sleep(0.02)
+    return part, (record["spec"], Verdict.CRASH, f"{death(returncode)}; last output: {last[:300]}")
 
 
 def _empty_entry(target: Target, config: RunConfig) -> TargetEntry:
@@ -459,13 +440,6 @@ def _empty_entry(target: Target, config: RunConfig) -> TargetEntry:
     from fuzz.engine.runner import TargetOutcome
 
     return TargetOutcome(target, tuple(d for d in config.devices if d in target.devices)).entry()
-
-
-def _journal(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def _read_result(path: Path, sent: RunConfig) -> TargetEntry:

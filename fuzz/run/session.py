@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from fuzz.config import COPY, RunConfig, reach_core
 from fuzz.engine import journals
@@ -28,6 +28,9 @@ from fuzz.records.model import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Failure, Inter
 from fuzz.reports.preflight import check_corpus, check_output, check_overwrite
 from fuzz.reports.report import closing_line
 from fuzz.run.limits import check_budget, check_workers, fuzz_seconds
+
+if TYPE_CHECKING:
+    from fuzz.targets import Target
 
 Say = Callable[[str], None]
 
@@ -67,6 +70,54 @@ class RunState:
     # The targets this run (or shard) is to report, the report's run.planned: what an interrupted run
     # never ran is told from it. None until the targets are looked up.
     planned: list[str] | None = None
+    checked: CheckedRun | None = None  # the settings checked, and what the checks looked up
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """A run's settings checked (``check_run``), with what checking them looked up: every registered
+    target by name (known issues and the change coverage name them), the run's targets, its shard."""
+
+    registry: Mapping[str, Target]
+    targets: list[Target]
+    shard: tuple[int, int] | None
+
+
+def check_run(config: RunConfig) -> CheckedRun:
+    """Every check of a run's settings, the one place they are made: each problem a ``UsageError``, one line
+    naming the fix, before any work (``fuzz run`` leaves its config's checks to this; its own are of what
+    no config holds: flags that exclude each other, outputs, what the side flags name). The targets are
+    looked up here, once per run."""
+    from fuzz.engine.devices import cuda_available
+    from fuzz.run.limits import MIN_EXAMPLE_TIMEOUT
+    from fuzz.run.plan import parse_shard
+    from fuzz.targets import all_targets, select
+
+    config.validate()
+    if config.require_changes_covered and not config.coverage:
+        raise UsageError("--require-changes-covered needs the coverage it checks; drop --no-coverage")
+    if config.require_changes_covered and config.legacy == COPY and config.optimized == COPY:
+        raise UsageError("--require-changes-covered compares two sources' definitions; give --legacy and/or "
+                         "--optimized a release (vllm==X.Y.Z) or a path, or drop the flag")
+    if config.corpus is not None and not config.corpus.strip():  # Path(""), the current folder: it would litter it
+        raise UsageError("--corpus is empty; give a folder path (default ./fuzz-corpus), or drop the flag")
+    if config.max_restarts < 0:
+        raise UsageError(f"--max-restarts {config.max_restarts} must be 0 or more")
+    if config.confirm < 0:
+        raise UsageError(f"--confirm {config.confirm} must be 0 or more")
+    if config.legacy == config.optimized != COPY:
+        # Every target would run one code on both sides: same-code everywhere, which is no evidence.
+        raise UsageError(f"--legacy and --optimized are both {config.legacy!r}, so both sides would run the same "
+                         "code; give two different releases or paths (or neither: the copies)")
+    registry = all_targets(config.target_modules)
+    targets = select(registry, list(config.targets))
+    if "cuda" in config.devices and not cuda_available():
+        raise UsageError("devices include cuda, but this torch sees no CUDA device; use devices ('cpu',)")
+    if config.example_timeout < MIN_EXAMPLE_TIMEOUT:
+        raise UsageError(f"--example-timeout {config.example_timeout:g} s is shorter than one example can take (the "
+                         f"first CUDA call loads kernels); use {MIN_EXAMPLE_TIMEOUT:g} or more")
+    check_workers(config.workers)
+    return CheckedRun(registry, targets, parse_shard(config.shard))
 
 
 def run(config: RunConfig, *, outputs: Mapping[str, Path] | None = None, known_issues: Path | str | None = None,
@@ -91,31 +142,16 @@ def run(config: RunConfig, *, outputs: Mapping[str, Path] | None = None, known_i
 
 def _run(config: RunConfig, known_issues: Path | str | None, state: RunState) -> RunResult:
     """set-up, fuzzing, confirmation, writing (fuzz/run/interrupts.py names the phases)."""
-    from fuzz.engine.devices import cuda_available
     from fuzz.run.interrupts import enter
-    from fuzz.run.limits import MIN_EXAMPLE_TIMEOUT
-    from fuzz.run.plan import parse_shard, plan
+    from fuzz.run.plan import plan
     from fuzz.run.triage import load_known_issues
-    from fuzz.targets import lookup
 
     enter("set-up")
-    config.validate()
-    if config.legacy == config.optimized != COPY:
-        # Every target would run one code on both sides: same-code everywhere, which is no evidence.
-        raise UsageError(f"--legacy and --optimized are both {config.legacy!r}, so both sides would run the same "
-                         "code; give two different releases or paths (or neither: the copies)")
-    targets = lookup(list(config.targets), config.target_modules)
+    checked = state.checked = check_run(config)
+    targets, shard = checked.targets, checked.shard
     state.planned = [t.name for t in targets]
-    if "cuda" in config.devices and not cuda_available():
-        raise UsageError("devices include cuda, but this torch sees no CUDA device; use devices ('cpu',)")
-    if config.example_timeout < MIN_EXAMPLE_TIMEOUT:
-        raise UsageError(f"example_timeout {config.example_timeout:g} s is shorter than one example can take; "
-                         f"use {MIN_EXAMPLE_TIMEOUT:g} or more")
-    check_workers(config.workers)
-    shard = parse_shard(config.shard)
     state.config = config  # as given: the report shows the corpus (and its repro paths) the way the user named it
-    state.known = load_known_issues(Path(known_issues), [t.name for t in lookup([], config.target_modules)]) \
-        if known_issues else []
+    state.known = load_known_issues(Path(known_issues), list(checked.registry)) if known_issues else []
     unbuilt = _unbuildable(targets, config, quiet=state.quiet)
     buildable = [t for t in targets if t.name not in {e.name for e in unbuilt}]
     items = plan(buildable, seed=config.seed, pieces=config.pieces, max_examples=config.max_examples, shard=shard)
@@ -184,7 +220,8 @@ def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEn
     if config.legacy == "copy" and config.optimized == "copy":
         return []
     from fuzz.engine.devices import devices_for
-    from fuzz.releases import CannotBuild, Retired, bind_sides, identity
+    from fuzz.engine.prepare import prepare
+    from fuzz.releases import CannotBuild, Retired, identity
 
     for role in ("legacy", "optimized"):
         found = identity(getattr(config, role), config.sources)
@@ -198,7 +235,7 @@ def _unbuildable(targets: list, config: RunConfig, quiet: bool) -> list[TargetEn
     out = []
     for target in targets:
         try:
-            bind_sides(target, config)
+            prepare(target, config)  # the sides only here: a worker decides --upstream and the sync rule
         except Retired as exc:
             out.append(TargetEntry(name=target.name, upstream=tuple(target.upstream),
                                    devices=devices_for(target.devices, config.devices),
@@ -308,7 +345,8 @@ def _finish_interrupted(stop: Interrupted, state: RunState, asked: RunConfig) ->
             entries = shown_paths(mark_known(entries, state.known, config.contract, optimized_version(config)),
                                   config.corpus)
         planned = state.planned if state.planned is not None else _planned_as_asked(asked)
-        run = run_info(config, entries, state.machine, state.started, planned) if config is not None else \
+        run = run_info(config, entries, state.machine, state.started, planned, state.checked) \
+            if config is not None else \
             {"devices": list(asked.devices), "planned": planned}
         report = Report(tuple(entries), run={**run, "interrupted_in": current_phase()},
                         versions=versions_of(config) if config is not None else {}, interrupted=stop.signal_name)
@@ -358,7 +396,8 @@ def _finish(state: RunState, confirm_until: float | None = None) -> RunResult:
     state.entries = confirm(state.entries, config.confirm, confirm_until)
     entries = shown_paths(mark_known(state.entries, state.known, config.contract, optimized_version(config)),
                           config.corpus)
-    report = Report(tuple(entries), run=run_info(config, entries, state.machine, state.started, state.planned),
+    report = Report(tuple(entries), run=run_info(config, entries, state.machine, state.started, state.planned,
+                                                 state.checked),
                     versions=versions_of(config))
     _print_summary(report, state.say)
     unconfirmed = [f for _, f in report.new_failures() if f.unconfirmed]
@@ -394,23 +433,28 @@ def _write_all(report: Report, state: RunState) -> tuple[Report, bool]:
 
 
 def run_info(config: RunConfig, entries: Sequence[TargetEntry] = (), machine: dict | None = None,
-             started: str | None = None, planned: Sequence[str] | None = None) -> dict:
+             started: str | None = None, planned: Sequence[str] | None = None,
+             checked: CheckedRun | None = None) -> dict:
     """The report's ``run``: the settings, each side's identity, the scope merge-reports checks, the
     targets ``planned`` for this run or shard and, with a side from a source, the change's coverage
     (fuzz/reach/changes.py). The run id comes from ``config`` (made once per invocation), so every report of it
-    says the same."""
+    says the same. ``checked``: what the run's set-up looked up (None: a config not checked by this run)."""
     from fuzz.reach.changes import change_coverage
     from fuzz.releases import side_identities
     from fuzz.reports.scope import run_scope
     from fuzz.run.plan import parse_shard
     from fuzz.targets import all_targets
 
+    if checked is None:
+        registry, shard = all_targets(config.target_modules), parse_shard(config.shard)
+    else:
+        registry, shard = dict(checked.registry), checked.shard
     sides = side_identities(config)
-    info = {**config.to_json(), "sides": sides, "scope": run_scope(config, sides, parse_shard(config.shard)),
+    info = {**config.to_json(), "sides": sides, "scope": run_scope(config, sides, shard),
             "started": started or _now()}
     if planned is not None:
         info["planned"] = list(planned)
-    changes = change_coverage(config, entries, all_targets(config.target_modules))
+    changes = change_coverage(config, entries, registry)
     if changes is not None:
         info["changes"] = changes
     if config.coverage:

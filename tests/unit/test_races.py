@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from fuzz.config import RunConfig
 from fuzz.oracles.copywatch import CopyCall, CopyWatch
 from fuzz.oracles.outcome import SideResult
 from fuzz.oracles.races import byte_range, caller_inputs, caller_memory, overlaps
 from fuzz.oracles.syncrule import copy_policy_budget, function_copy_policy
-from fuzz.config import RunConfig
 from fuzz.records.verdicts import Mismatch, Verdict, decide_example
 from fuzz.targets import Target
 
