@@ -59,15 +59,16 @@ class CopyCall:
         """The tensor written: ``self`` of ``copy_``, the result of ``to``/``cuda`` (known after the call)."""
         return self.args[0] if self.method == "copy_" else self.result
 
-    def direction(self) -> str | None:
-        """"H2D", "D2H" or None (host to host, device to device, not tensors, or a ``to`` that copied nothing)."""
+    def direction(self, gpu: str = "cuda") -> str | None:
+        """"H2D", "D2H" or None (host to host, device to device, not tensors, or a ``to`` that copied nothing).
+        ``gpu``: the device type that counts as the GPU (tests without one use "meta")."""
         source, destination = self.source, self.destination
         if not isinstance(source, torch.Tensor) or not isinstance(destination, torch.Tensor):
             return None
         if source is destination:  # .to() of what is already there returns self: no copy
             return None
         kinds = (source.device.type, destination.device.type)
-        return {("cpu", "cuda"): "H2D", ("cuda", "cpu"): "D2H"}.get(kinds)
+        return {("cpu", gpu): "H2D", (gpu, "cpu"): "D2H"}.get(kinds)
 
 
 class CopyObserver(Protocol):

@@ -130,10 +130,11 @@ def _buffers_of(value: Any, seen: set[int], depth: int) -> Iterator[Any]:
 class Hold:
     """The held stream: a sleep kernel queued before the copies, and whether the latest sleep still runs."""
 
+    gpu = "cuda"  # the device type whose copies are held
+
     def __init__(self, cycles: int) -> None:
         self.cycles = cycles
         self.stream = torch.cuda.Stream()
-        self.stream.wait_stream(torch.cuda.current_stream())  # inputs were built on the default stream
         self._sleeping: torch.cuda.Event | None = None
 
     def sleep(self) -> None:
@@ -148,6 +149,16 @@ class Hold:
 
     def on_held_stream(self) -> bool:
         return torch.cuda.current_stream() == self.stream
+
+    def entered(self) -> Any:
+        """The context in which the held run's calls run: the held stream made current, after what building
+        their inputs queued on the current stream."""
+        self.stream.wait_stream(torch.cuda.current_stream())
+        return torch.cuda.stream(self.stream)
+
+    def finish(self) -> None:
+        """Wait for everything the held run queued."""
+        self.stream.synchronize()
 
     def rearm(self) -> None:
         """A sync inside the call (or the engine's wait between two steps of a sequence) waited the sleep out:
@@ -182,7 +193,7 @@ class RaceRecorder:
     def copied(self, call: CopyCall) -> None:
         if not call.non_blocking:
             return
-        direction = call.direction()
+        direction = call.direction(self.hold.gpu)
         if direction is None:
             return
         host = call.source if direction == "H2D" else call.destination
@@ -218,22 +229,23 @@ class RacedRun:
     weak: bool = False
 
 
-def run_held(make_thunk: Callable[[], Callable[[], Any]], cycles: int = SLEEP_CYCLES) -> RacedRun:
+def run_held(make_thunk: Callable[[], Callable[[], Any]], cycles: int = SLEEP_CYCLES,
+             hold_type: Callable[[int], Hold] = Hold) -> RacedRun:
     """One held run of a side (module docstring): its first call's output, read after a full sync; whether
-    every poisoning provably preceded its copy; the copy sites. Repeated once with a longer sleep when not."""
-    run = _run_held_once(make_thunk, cycles)
+    every poisoning provably preceded its copy; the copy sites. Repeated once with a longer sleep when not.
+    ``hold_type``: how copies are held (tests without a GPU pass a stand-in)."""
+    run = _run_held_once(make_thunk, hold_type(cycles))
     if not run.conclusive:
-        run = _run_held_once(make_thunk, cycles * RETRY_FACTOR)
+        run = _run_held_once(make_thunk, hold_type(cycles * RETRY_FACTOR))
     return run
 
 
-def _run_held_once(make_thunk: Callable[[], Callable[[], Any]], cycles: int) -> RacedRun:
+def _run_held_once(make_thunk: Callable[[], Callable[[], Any]], hold: Hold) -> RacedRun:
     first, following = make_thunk(), make_thunk()
     poison(_own(caller_inputs(following), caller_inputs(first)))  # the next call stages other data than the first
-    hold = Hold(cycles)
     recorder = RaceRecorder(hold)
     run = RacedRun()
-    with torch.cuda.stream(hold.stream):
+    with hold.entered():
         hold.sleep()
         with CopyWatch([recorder]), holding_steps(hold.rearm):
             try:
@@ -250,7 +262,7 @@ def _run_held_once(make_thunk: Callable[[], Callable[[], Any]], cycles: int) -> 
                 following()
             except Exception:  # noqa: BLE001 -- the next call's own outcome is not judged: only what it overwrote
                 pass
-    hold.stream.synchronize()
+    hold.finish()
     run.sites, run.poisoned = recorder.sites(), rewritten
     return run
 

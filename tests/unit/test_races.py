@@ -146,3 +146,106 @@ def test_the_engine_wait_hook_re_holds_only_inside_a_held_run():
         engine_waited()
     engine_waited()
     assert calls == [1, 1]
+
+
+class _FakeHold:
+    """The held run without a GPU: "meta" tensors stand for the device; the sleep runs until ``lose_after``
+    copies were made (a sync inside the call, say), so the poisoning's soundness check can be driven."""
+
+    gpu = "meta"
+
+    def __init__(self, cycles: int, lose_after: int | None = None) -> None:
+        self.cycles, self.lose_after, self.copies, self.sleeps = cycles, lose_after, 0, 0
+
+    def sleep(self) -> None:
+        self.sleeps += 1
+
+    def holding(self) -> bool:
+        return self.lose_after is None or self.copies < self.lose_after
+
+    def on_held_stream(self) -> bool:
+        return True
+
+    def rearm(self) -> None:
+        self.copies += 1  # rearm is asked before each non_blocking copy
+
+    def entered(self):  # noqa: ANN201
+        from contextlib import nullcontext
+
+        return nullcontext()
+
+    def finish(self) -> None:
+        pass
+
+
+def _pinned_everything(monkeypatch) -> None:  # noqa: ANN001
+    """A CPU-only torch cannot pin: count every host tensor as pinned for the recorder."""
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self, *a: self.device.type == "cpu")
+
+
+def test_the_held_run_poisons_only_caller_memory_a_pending_copy_reads(monkeypatch):
+    from fuzz.oracles.races import run_held
+
+    _pinned_everything(monkeypatch)
+    made: list[dict] = []
+
+    def make():  # noqa: ANN202
+        rows, untouched = torch.arange(8), torch.arange(8)
+        made.append({"rows": rows, "untouched": untouched})
+
+        def call():  # noqa: ANN202
+            untouched.sum()
+            return rows[2:6].to("meta", non_blocking=True)
+
+        return call
+
+    run = run_held(make, hold_type=_FakeHold)
+    assert run.conclusive and run.poisoned == 1 and run.sites == [f"H2D at unit/test_races.py:{_line_of('rows[2:6]')}"]
+    first, following = made
+    assert first["rows"][2:6].tolist() == [-7777] * 4 and first["untouched"].tolist() == list(range(8))
+    assert following["rows"].tolist() == [-7777] * 8  # the next call ran on poisoned inputs
+
+
+def test_a_poisoning_after_the_hold_was_lost_makes_the_run_inconclusive_not_a_race(monkeypatch):
+    from fuzz.oracles.races import run_held
+
+    _pinned_everything(monkeypatch)
+    holds: list[_FakeHold] = []
+
+    def recording(cycles: int) -> _FakeHold:
+        holds.append(_FakeHold(cycles))
+        return holds[-1]
+
+    def make():  # noqa: ANN202
+        rows = torch.arange(4)
+
+        def call():  # noqa: ANN202
+            out = rows.to("meta", non_blocking=True)  # held when enqueued...
+            holds[-1].lose_after = 0  # ...then the sleep ran out (a host slower than it): the copy may have run
+            return out
+
+        return call
+
+    run = run_held(make, hold_type=recording)
+    assert not run.conclusive and run.poisoned == 1  # poisoned, but not provably before the copy: no verdict
+    assert len(holds) == 2 and holds[1].cycles == 10 * holds[0].cycles  # repeated once with a longer sleep
+
+
+def test_a_fresh_snapshot_is_not_caller_memory(monkeypatch):
+    from fuzz.oracles.races import run_held
+
+    _pinned_everything(monkeypatch)
+
+    def make():  # noqa: ANN202
+        rows = torch.arange(4)
+        return lambda: rows.clone().to("meta", non_blocking=True)
+
+    run = run_held(make, hold_type=_FakeHold)
+    assert run.conclusive and run.poisoned == 0
+
+
+def _line_of(text: str) -> int:
+    from pathlib import Path
+
+    return next(n for n, line in enumerate(Path(__file__).read_text().splitlines(), 1) if text in line
+                and "return" in line)
