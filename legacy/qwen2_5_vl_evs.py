@@ -10,7 +10,8 @@ positions with a pageable `.to(emb.device, non_blocking=True)`.
 weights); its `__init__` is not copied: the input model (strategies/qwen2_5_vl_evs/inputs.py) makes the
 instance with `nn.Module.__init__` only and sets the state these methods read (`config.vision_config.
 tokens_per_second`, `visual.spatial_merge_size`, `video_pruning_rate`), so the real vllm class works too.
-The interface mixins are dropped from the class bases (none of their code runs here). The EVS helpers
+The class is a stand-in (bases, class fields and the processor registry decorator dropped: they
+change between releases and none is read here) holding the verbatim methods. The EVS helpers
 `compute_retained_tokens_count`, `compute_retention_mask` and `compute_mrope_for_media` are copied verbatim
 from vllm/multimodal/video_prune/evs.py (identical in 0.29.0 and 0.30.0). `gpu_sync_allowed`
 (vllm/utils/gpu_sync_debug.py) is stood in by an allow region of this module (`sync_allowed_depth`), since the
@@ -25,8 +26,6 @@ import typing  # ADAPTED: vllm/multimodal/video_prune/evs.py's import, for the h
 # from vllm.multimodal.video_prune.evs import compute_mrope_for_media  # ADAPTED: copied below from vllm/multimodal/video_prune/evs.py
 # from vllm.multimodal.video_prune.evs import compute_retention_mask  # ADAPTED: copied below from vllm/multimodal/video_prune/evs.py
 # from ...utils.gpu_sync_debug import gpu_sync_allowed  # ADAPTED: stood in below (vllm/utils/gpu_sync_debug.py)
-# from .utils import WeightsMapper  # ADAPTED: weight loading only; the class attribute below just holds its arguments
-WeightsMapper = dict  # ADAPTED: stands in for vllm's WeightsMapper (only hf_to_vllm_mapper's construction uses it)
 
 # Depth of the open gpu_sync_allowed() regions: the record's sync_allow_region, read by the sync oracle.
 sync_allowed_depth: ContextVar[int] = ContextVar("legacy_qwen2_5_vl_evs_sync_allow_depth", default=0)  # ADAPTED: this module's allow region
@@ -62,42 +61,7 @@ Qwen2_5_VLVideoInputs: TypeAlias = (
 )
 
 
-# @MULTIMODAL_REGISTRY.register_processor(...)  # ADAPTED: vllm's processor registry, not run here
-class Qwen2_5_VLForConditionalGeneration(
-    nn.Module,
-    # SupportsMultiModal,  # ADAPTED: vllm interface mixin; none of its code runs in these methods
-    # SupportsEncoderCudaGraph,  # ADAPTED: vllm interface mixin; none of its code runs in these methods
-    # SupportsLoRA,  # ADAPTED: vllm interface mixin; none of its code runs in these methods
-    # SupportsPP,  # ADAPTED: vllm interface mixin; none of its code runs in these methods
-    # SupportsQuant,  # ADAPTED: vllm interface mixin; none of its code runs in these methods
-    # SupportsEagle,  # ADAPTED: vllm interface mixin; none of its code runs in these methods
-    # SupportsEagle3,  # ADAPTED: vllm interface mixin; none of its code runs in these methods
-    # SupportsMultiModalPruning,  # ADAPTED: vllm interface mixin; none of its code runs in these methods
-    # SupportsMRoPE,  # ADAPTED: vllm interface mixin; none of its code runs in these methods
-):
-    packed_modules_mapping = {
-        "qkv_proj": ["q_proj", "k_proj", "v_proj"],
-        "gate_up_proj": ["gate_proj", "up_proj"],
-        "qkv": ["qkv"],  # For vision tower's already-packed QKV
-    }
-
-    # To ensure correct weight loading and mapping.
-    hf_to_vllm_mapper = WeightsMapper(
-        orig_to_new_prefix={
-            # mapping for new names in checkpoint saved after transformers v4.52
-            "model.language_model.": "language_model.model.",
-            "model.visual.": "visual.",
-            # mapping for original checkpoint
-            "lm_head.": "language_model.lm_head.",
-            "model.": "language_model.model.",
-        }
-    )
-
-    supports_encoder_tp_data = True
-    supports_mm_device_do_normalize = True
-    supports_tower_connector_lora = True
-
-
+class Qwen2_5_VLForConditionalGeneration(nn.Module):  # ADAPTED: stand-in holding only the EVS methods (its bases, class fields and registry decorator change from release to release and none is read here)
     def _postprocess_image_embeds_evs(
         self,
         image_embeds_split: tuple[torch.Tensor, ...],
