@@ -17,6 +17,7 @@ VERSIONS = ("0.29.0", "0.30.0")
 DESIGN_ROWS = (99,)
 _QWEN25 = "vllm/model_executor/models/qwen2_5_vl.py::Qwen2_5_VLForConditionalGeneration"
 _ORACLES = "strategies.qwen2_5_vl_evs.oracles"
+_UPSTREAM_CLASS = "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration"
 _INPUTS = "strategies.qwen2_5_vl_evs.inputs"
 # The copies' gpu_sync_allowed() region (video: the two boolean-mask gathers): syncs inside are upstream's own.
 ALLOW_REGION = "optimized.qwen2_5_vl_evs:sync_allowed_depth"
@@ -27,7 +28,7 @@ TARGETS = [
         upstream=(f"{_QWEN25}._postprocess_image_embeds_evs",),
         legacy="legacy.qwen2_5_vl_evs:Qwen2_5_VLForConditionalGeneration._postprocess_image_embeds_evs",
         optimized="optimized.qwen2_5_vl_evs:Qwen2_5_VLForConditionalGeneration._postprocess_image_embeds_evs",
-        upstream_impl="vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration._postprocess_image_embeds_evs",
+        upstream_impl=f"{_UPSTREAM_CLASS}._postprocess_image_embeds_evs",
         inputs=f"{_INPUTS}:Qwen25ImageEvsInputs",
         # A concatenation of the embeddings and integer positions: bitwise, and fresh contiguous tensors.
         comparison=Comparison(floats="exact", layout=True),
@@ -37,7 +38,8 @@ TARGETS = [
         sync_budget=f"{_INPUTS}:image_sync_budget",
         versions=VERSIONS,
         description="EVS image mrope positions staged with async_tensor_h2d (0.29.0 -> 0.30.0)",
-        invariants=(f"{_ORACLES}:evs_items_have_their_shape", f"{_ORACLES}:evs_rows_are_input_rows_with_their_positions"),
+        invariants=(f"{_ORACLES}:evs_items_have_their_shape",
+                    f"{_ORACLES}:evs_rows_are_input_rows_with_their_positions"),
         reference=f"{_ORACLES}:IMAGE_EVS_REFERENCE",
         # No consumer: embed_multimodal returns the items; the model runner scatters them into inputs_embeds
         # on the device (recompute_mrope_positions reads the position channels of the device tensors).
@@ -47,7 +49,7 @@ TARGETS = [
         upstream=(f"{_QWEN25}._postprocess_video_embeds_evs",),
         legacy="legacy.qwen2_5_vl_evs:Qwen2_5_VLForConditionalGeneration._postprocess_video_embeds_evs",
         optimized="optimized.qwen2_5_vl_evs:Qwen2_5_VLForConditionalGeneration._postprocess_video_embeds_evs",
-        upstream_impl="vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration._postprocess_video_embeds_evs",
+        upstream_impl=f"{_UPSTREAM_CLASS}._postprocess_video_embeds_evs",
         inputs=f"{_INPUTS}:Qwen25VideoEvsInputs",
         comparison=Comparison(floats="exact", layout=True),
         # By design none outside the allow region: grid and seconds on the host (keep_on_cpu), positions up
@@ -58,7 +60,8 @@ TARGETS = [
         sync_allow_region=ALLOW_REGION,
         versions=VERSIONS,
         description="EVS video pruning + mrope positions staged with async_tensor_h2d (0.29.0 -> 0.30.0)",
-        invariants=(f"{_ORACLES}:evs_items_have_their_shape", f"{_ORACLES}:evs_rows_are_input_rows_with_their_positions"),
+        invariants=(f"{_ORACLES}:evs_items_have_their_shape",
+                    f"{_ORACLES}:evs_rows_are_input_rows_with_their_positions"),
         # No reference: strategies/qwen2_5_vl_evs/oracles.py says why.
     ),
 ]

@@ -36,7 +36,6 @@ from strategies.qwen3_vl_evs.inputs import (
     tokens_per_frame,
 )
 
-
 # -- images --------------------------------------------------------------------------------------------------
 
 def _image_items(output: Any, spec: dict) -> tuple[list[torch.Tensor], str | None]:

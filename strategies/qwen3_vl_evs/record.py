@@ -60,7 +60,7 @@ TARGETS = [
         expected_optimized_syncs=0,
         sync_allow_region=ALLOW_REGION,
         versions=VERSIONS,
-        description="Qwen3-VL EVS expanded video positions: unpruned mrope staged with async_tensor_h2d (0.29.0 -> 0.30.0)",
+        description="Qwen3-VL EVS expanded video positions, unpruned mrope via async_tensor_h2d (0.29.0 -> 0.30.0)",
         invariants=(f"{_ORACLES}:expanded_positions_flag_their_tokens",
                     f"{_ORACLES}:expanded_positions_text_counts_up_and_frames_sit_after_it"),
         reference=f"{_ORACLES}:EXPANDED_POSITIONS_REFERENCE",

@@ -65,7 +65,8 @@ def test_the_real_copies_keep_every_oracle():
         output = _image(spec)
         assert image_evs_items_have_their_shape(spec, output) is None
         assert image_evs_embeddings_come_first_and_unchanged(spec, output) is None
-        assert all(torch.equal(a, b) for a, b in zip(IMAGE_EVS_REFERENCE.expected(spec), IMAGE_EVS_REFERENCE.observed(output)))
+        expected, observed = IMAGE_EVS_REFERENCE.expected(spec), IMAGE_EVS_REFERENCE.observed(output)
+        assert all(torch.equal(a, b) for a, b in zip(expected, observed))
     for style in ("evs", "vidcom2", "any", "none_kept", "all_kept"):
         spec = _video_spec(mask_style=style)
         output = _expanded(spec)
