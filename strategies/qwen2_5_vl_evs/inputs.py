@@ -15,7 +15,9 @@ Caller (0.30.0, the only one): ``Qwen2_5_VLForConditionalGeneration.embed_multim
   ``h``, ``w`` multiples of ``spatial_merge_size`` (2), ``t == 1`` for an image (HF image processor);
 * ``video_input["second_per_grid_ts"]``: ``(N,)`` float tensor kept on the host (``keep_on_cpu=True``,
   ``Qwen2_5_VLMultiModalProcessor._get_mm_fields_config``), ``temporal_patch_size / fps`` per video
-  (1.0 at the default 2 fps; 0.5, 2.0, ...).
+  (1.0 at the default 2 fps; 0.5, 2.0, ...), or absent: ``_parse_and_validate_video_input`` passes
+  ``kwargs.pop("second_per_grid_ts", None)``, e.g. for ``video_embeds`` given without it, which the method refuses
+  with a ValueError (drawn about one time in ten).
 
 Class state read: ``self.visual.spatial_merge_size`` (2 in every Qwen2.5-VL config),
 ``self.config.vision_config.tokens_per_second`` (2 in the released configs) and ``self.video_pruning_rate``.
@@ -27,7 +29,7 @@ embeddings' device, non-contiguous embeddings, images with ``t > 1``, other ``to
 sizes, and a pruning rate of 0 (retain everything).
 
 A spec is JSON only: ``device``, ``kind`` (image / video), ``grids``, ``hidden``, ``dtype``, ``seed``,
-``merge``, ``tokens_per_second``, ``second_per_grid`` (one per grid), ``q``, ``grid_on_device``,
+``merge``, ``tokens_per_second``, ``second_per_grid`` (one per grid, or None: absent), ``q``, ``grid_on_device``,
 ``seconds_on_device``, ``transposed`` (the embeddings as a transposed view).
 """
 
@@ -54,6 +56,7 @@ WIDE_MERGE_SIZES = (1, 2, 3)
 _CALLER_DTYPES = float_dtypes(("bfloat16", "float16", "float32"))
 _HIDDEN = st.integers(1, 6)
 _SEEDS = st.integers(0, 2**31 - 1)
+_SECONDS_ABSENT = st.integers(0, 9).map(lambda k: k == 0)  # about one video batch in ten
 
 
 @functools.lru_cache(maxsize=None)  # built once per argument set (strategies/common.py says why)
@@ -75,6 +78,8 @@ def _evs_specs(draw: st.DrawFn, available: Sequence[str], contract: str, kind: s
     else:
         q = draw(choice_of(CALLER_PRUNING_RATES) | st.floats(0.01, 0.99))
         seconds = draw(st.lists(choice_of(CALLER_SECONDS_PER_GRID), min_size=len(grids), max_size=len(grids)))
+    if kind == "video" and draw(_SECONDS_ABSENT):
+        seconds = None
     return {
         "device": draw(devices(available)),
         "kind": kind,
@@ -126,6 +131,8 @@ def _multimodal_input(spec: dict) -> dict[str, torch.Tensor]:
     grid = torch.tensor(spec["grids"], dtype=torch.int64, device=device if spec["grid_on_device"] else "cpu")
     if spec["kind"] == "image":
         return {"type": "image_embeds", "image_grid_thw": grid}
+    if spec["second_per_grid"] is None:
+        return {"type": "video_embeds", "video_grid_thw": grid, "second_per_grid_ts": None}
     seconds = torch.tensor(spec["second_per_grid"], dtype=torch.float32,
                            device=device if spec["seconds_on_device"] else "cpu")
     return {"type": "video_embeds", "video_grid_thw": grid, "second_per_grid_ts": seconds}
@@ -164,7 +171,8 @@ def video_sync_budget(spec: dict) -> int:
     """Syncs the optimized copy makes by design outside its allow region, on CUDA: none for the callers (grids
     and seconds on the host); a device grid costs its ``.tolist()``, device seconds one ``.item()`` per video
     (wide contract only)."""
-    return int(spec["grid_on_device"]) + (len(spec["grids"]) if spec["seconds_on_device"] else 0)
+    seconds_on_device = spec["seconds_on_device"] and spec["second_per_grid"] is not None
+    return int(spec["grid_on_device"]) + (len(spec["grids"]) if seconds_on_device else 0)
 
 
 def image_sync_budget(spec: dict) -> int:
