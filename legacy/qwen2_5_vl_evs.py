@@ -2,8 +2,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Copied from vllm 0.29.0: vllm/model_executor/models/qwen2_5_vl.py ::
 Qwen2_5_VLForConditionalGeneration._postprocess_image_embeds_evs and
-Qwen2_5_VLForConditionalGeneration._postprocess_video_embeds_evs (definitions verbatim; the class's own lines
-verbatim). The text of both methods is the same in 0.28.0 and 0.29.0: each copies the host-built mrope
+Qwen2_5_VLForConditionalGeneration._postprocess_video_embeds_evs (definitions verbatim). The text of both methods is the same in 0.28.0 and 0.29.0: each copies the host-built mrope
 positions with a pageable `.to(emb.device, non_blocking=True)`.
 
 `Qwen2_5_VLForConditionalGeneration` is the whole Qwen2.5-VL model (vision tower, language model,
@@ -17,6 +16,7 @@ from vllm/multimodal/video_prune/evs.py (identical in 0.29.0 and 0.30.0). `gpu_s
 (vllm/utils/gpu_sync_debug.py) is stood in by an allow region of this module (`sync_allowed_depth`), since the
 shared `gpu_sync_debug` helper serves the 0.27.1/0.28.0 pair and a copy module serves one pair.
 """
+
 from contextlib import contextmanager  # ADAPTED: for the gpu_sync_allowed stand-in
 from contextvars import ContextVar  # ADAPTED: for the gpu_sync_allowed stand-in
 from typing import Annotated, Any, Literal, TypeAlias

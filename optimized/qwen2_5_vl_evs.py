@@ -2,8 +2,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Copied from vllm 0.30.0: vllm/model_executor/models/qwen2_5_vl.py ::
 Qwen2_5_VLForConditionalGeneration._postprocess_image_embeds_evs and
-Qwen2_5_VLForConditionalGeneration._postprocess_video_embeds_evs (definitions verbatim; the class's own lines
-verbatim); vllm/utils/torch_utils.py :: async_tensor_h2d (verbatim, 0.30.0's).
+Qwen2_5_VLForConditionalGeneration._postprocess_video_embeds_evs (definitions verbatim); vllm/utils/torch_utils.py :: async_tensor_h2d (verbatim, 0.30.0's).
 
 Change 0.29.0 -> 0.30.0 (issue #43): both methods copy the host-built mrope positions
 (`compute_mrope_for_media`) with `async_tensor_h2d` (staged through a pinned buffer, then a non-blocking
@@ -20,6 +19,7 @@ from vllm/multimodal/video_prune/evs.py (identical in 0.29.0 and 0.30.0). `gpu_s
 (vllm/utils/gpu_sync_debug.py) is stood in by an allow region of this module (`sync_allowed_depth`), since the
 shared `gpu_sync_debug` helper serves the 0.27.1/0.28.0 pair and a copy module serves one pair.
 """
+
 from contextlib import contextmanager  # ADAPTED: for the gpu_sync_allowed stand-in
 from contextvars import ContextVar  # ADAPTED: for the gpu_sync_allowed stand-in
 from typing import Annotated, Any, Literal, TypeAlias
