@@ -13,12 +13,16 @@ from fuzz.targets import lookup
 # Reached on 2026-11-29 (CPU, 100 examples per mutant, equivalents excluded):
 # 100% on every target but glm4v-embeddings (58/59) and diffusion-gemma-sampler
 # (lab/selftest/2026-11-29.md). CI keeps the fast targets at 100% (each under ~15 s).
+# Since issue #43 the rate covers every definition the record claims, not only the entry:
+# keep-on-cpu-ultravox-audio-lens's claimed attention-metadata helpers leave 23 survivors
+# untriaged, 45/68 (lab/selftest/2026-12-06-all-definitions.md); its entry stays at 100%.
 FLOOR = {"fla-chunk-indices": 1.0, "fla-chunk-offsets": 1.0, "keye-vision-split": 1.0,
          "paddleocr-encode-image": 1.0, "ernie-encoder-metadata-graph": 1.0, "async-tensor-h2d": 1.0,
-         "keep-on-cpu-ultravox-audio-lens": 1.0}
+         "keep-on-cpu-ultravox-audio-lens": 0.66}
 
 
-# Several seconds each on a 2-core host: run by `pytest -m slow` (.ci/run does);
+# Several seconds each on a 2-core host (ernie-encoder-metadata-graph ~5 min and keep-on-cpu-ultravox-audio-lens
+# ~2.5 min since #43 mutates their claimed helpers too): run by `pytest -m slow` (.ci/run does);
 # the default run keeps the fastest, fla-chunk-offsets.
 SLOW = {"ernie-encoder-metadata-graph", "keep-on-cpu-ultravox-audio-lens", "paddleocr-encode-image",
         "fla-chunk-indices", "keye-vision-split", "async-tensor-h2d"}
@@ -30,6 +34,8 @@ def test_kill_rate_does_not_fall(name):
     result = selftest_target(target, RunConfig(devices=("cpu",), seed=0, max_examples=100), load_equivalents())
     assert result["kill_rate"] >= FLOOR[name], result["survived"]
     assert result["mutants"] >= 4
+    # The entry function's own mutants, which were all of them before #43, stay at 100%.
+    assert result["definitions"][entry_definition(target)]["survived"] == 0, result["survived"]
     # Issue #8's bar for power: killed fast, not just killed eventually.
     assert result["examples_to_kill"]["median"] <= 20, result["examples_to_kill"]
 
