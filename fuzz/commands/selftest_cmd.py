@@ -13,6 +13,16 @@ def _to_kill(examples: dict | None) -> str:
     return "-" if examples is None else f"{examples['median']:g}/{examples['max']}"
 
 
+def _per_definition(definitions: dict[str, dict[str, int]]) -> str:
+    """``UvaBufferPool.copy_to_uva 0, UvaBufferPool._next_buf 14 (9 killed, 3 equiv., 2 survived)``."""
+    parts = []
+    for name, row in definitions.items():
+        counts = ", ".join(f"{row[kind]} {label}" for kind, label in
+                           (("killed", "killed"), ("equivalent", "equiv."), ("survived", "survived")) if row[kind])
+        parts.append(f"{name} {row['mutants']}" + (f" ({counts})" if counts else ""))
+    return "; ".join(parts)
+
+
 def selftest(targets: Sequence[str] = (), *, device: str = "auto", seed: int = 0, max_examples: int = 200,
              contract: str = "caller", limit: int | None = None, shared: bool = False, json: str | None = None,
              min_kill_rate: float | None = None) -> int:
@@ -49,8 +59,10 @@ def selftest(targets: Sequence[str] = (), *, device: str = "auto", seed: int = 0
         if result["baseline"]:
             print(f"    NOT MEASURED: the unmutated copies already fail ({result['baseline']}): every mutant would "
                   "count as killed; self-test an input model beside the finding (docs/selftest.md)")
+        if len(result["definitions"]) > 1:  # the entry and the helpers the record claims (docs/selftest.md)
+            print(f"    per definition: {_per_definition(result['definitions'])}")
         for survivor in result["survived"]:
-            print(f"    survived {survivor['mutant']}: {survivor['code']}")
+            print(f"    survived {survivor['mutant']} in {survivor['definition']}: {survivor['code']}")
     if json_out:
         write_json(json_out, {"devices": list(options.devices), "max_examples": max_examples,
                               "shared": shared, "results": results})

@@ -1,8 +1,11 @@
 """``python -m fuzz selftest``: measure the fuzzer's own power by mutation.
 
-Each operator below makes one small edit to the optimized copy's function (the
-kind of slip a reviewer could miss). Every mutant becomes a target of its own
-and is fuzzed with a small budget; a mutant is *killed* when the fuzzer
+Each operator below makes one small edit to the optimized copy (the kind of
+slip a reviewer could miss): to the target's entry function, and to every other
+definition the record claims (``Target.upstream``) that the copy module holds --
+a helper the entry delegates to (``UvaBufferPool._next_buf``) is the target's
+code as much as the entry is. Every mutant becomes a target of its own, entered
+through the record's entry as before, and is fuzzed with a small budget; a mutant is *killed* when the fuzzer
 reports any failing verdict. The kill rate per target is the fuzzer's measured
 power; each survivor is either a blind spot (fix the strategies) or shown
 equivalent to the original and listed, with the reason, in
@@ -21,6 +24,7 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -33,10 +37,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterator
 
+from fuzz.code.codediff import walk_definitions
 from fuzz.config import RunConfig
 from fuzz.engine.runner import fuzz_target
 from fuzz.errors import HarnessError
-from fuzz.targets import FORM_ATTRIBUTE, Target
+from fuzz.targets import FORM_ATTRIBUTE, Target, resolve_impl
 from fuzz.versions import REPO_ROOT
 
 EQUIVALENT_FILE = REPO_ROOT / "docs" / "selftest-equivalent.json"
@@ -52,6 +57,10 @@ class Mutant:
     line: int  # in the optimized module
     code: str  # the original line, stripped
     description: str
+    # The qualname of the definition the edit is in (the innermost class or function holding the line:
+    # ``UvaBufferPool._next_buf``). Not part of ``key``: the line already tells mutants apart, and keys
+    # written before helpers were mutated stay what they were.
+    definition: str = ""
 
     @property
     def key(self) -> str:
@@ -113,44 +122,127 @@ class _Mutator(ast.NodeTransformer):
         return node
 
 
+def _definition_nodes(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """(qualname, node) of every class and function of the module (fuzz.code.codediff's walk: methods and
+    definitions under a module-level ``if``/``try`` included, functions nested in functions not)."""
+    return [(qualname, node) for node, qualname in walk_definitions(tree.body, "")]
+
+
+def _first_line(node: ast.AST) -> int:
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+
+
 def _function_node(tree: ast.Module, first_line: int) -> ast.AST:
     """The def whose first line (decorators included) is ``first_line``:
     found by position, so an inherited method is mutated where it is defined."""
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            if start == first_line:
-                return node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _first_line(node) == first_line:
+            return node
     raise HarnessError(f"selftest: no function starts at line {first_line}")
+
+
+def _scope_lines(tree: ast.Module, entry_line: int, claimed: list[str]) -> list[int]:
+    """The first lines of the functions to mutate: the entry's first, so that its mutants keep the numbers
+    they had when only the entry was mutated; then each claimed function the module holds, in the record's
+    order (a claimed class: each of its methods; every def of a qualname defined twice, a getter and a
+    setter or both arms of an ``if``). The entry, claimed or not, is mutated once."""
+    functions: dict[str, list[ast.AST]] = {}
+    for qualname, node in _definition_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.setdefault(qualname, []).append(node)
+    firsts = [entry_line]
+    for claim in dict.fromkeys(claimed):
+        for qualname, nodes in functions.items():
+            if qualname == claim or qualname.startswith(claim + "."):  # the function, or a claimed class' methods
+                firsts += [_first_line(node) for node in nodes]
+    return list(dict.fromkeys(firsts))
+
+
+def _definition_at(definitions: list[tuple[str, ast.AST]], line: int) -> str:
+    """The innermost definition holding ``line`` (the walk yields an outer one before those inside it)."""
+    holding = [qualname for qualname, node in definitions if _first_line(node) <= line <= (node.end_lineno or line)]
+    return holding[-1] if holding else ""
 
 
 def _adapted_lines(source: str) -> set[int]:
     return {i for i, line in enumerate(source.splitlines(), 1) if "# ADAPTED" in line}
 
 
-def mutants_of(target: Target) -> Iterator[tuple[Mutant, str]]:
-    """Every mutant of the target's optimized function, with the mutated module source."""
-    module_name, _, qualname = target.optimized.partition(":")
+def claimed_qualnames(target: Target) -> list[str]:
+    """The qualnames of the definitions the record claims (``"vllm/...py::Cls.fn"`` -> ``"Cls.fn"``)."""
+    return [ref.partition("::")[2] for ref in target.upstream]
+
+
+def entry_definition(target: Target) -> str:
+    """The qualname of the definition the entry's mutants are in: where the entry function is defined
+    (an inherited method: its base class's)."""
+    return _entry_definition(target.optimized)
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_definition(optimized: str) -> str:
+    function = inspect.unwrap(resolve_impl(optimized).function)
+    tree = ast.parse(inspect.getsource(importlib.import_module(optimized.partition(":")[0])))
+    return _definition_at(_definition_nodes(tree), function.__code__.co_firstlineno)
+
+
+def _plan(target: Target) -> tuple[str, ast.Module, list[tuple[str, int]]]:
+    """The optimized module's source and tree, and the (qualname, first line) of each function to mutate."""
+    module_name = target.optimized.partition(":")[0]
     function = inspect.unwrap(target.impl("optimized").function)
     if function.__module__ != module_name:
         raise HarnessError(f"selftest: {target.optimized} is defined in {function.__module__}, not {module_name}")
-    first_line = function.__code__.co_firstlineno
     source = inspect.getsource(importlib.import_module(module_name))
     tree = ast.parse(source)
+    definitions = _definition_nodes(tree)
+    scopes = _scope_lines(tree, function.__code__.co_firstlineno, claimed_qualnames(target))
+    return source, tree, [(_definition_at(definitions, line), line) for line in scopes]
+
+
+def mutated_definitions(target: Target) -> list[str]:
+    """The qualnames of the functions selftest mutates, the entry's first (``mutants_of``)."""
+    return list(dict.fromkeys(qualname for qualname, _ in _plan(target)[2]))
+
+
+def mutants_of(target: Target) -> Iterator[tuple[Mutant, str]]:
+    """Every mutant of the target's optimized code, with the mutated module source: the entry function's
+    first (in the numbering they always had), then those of each other definition of the record's
+    ``upstream`` that the optimized module holds, in the record's order. Each runs through the entry."""
+    source, tree, scopes = _plan(target)
     lines = source.splitlines()
     adapted = _adapted_lines(source)
-    index = 0
-    while True:
-        mutated = copy.deepcopy(tree)
-        mutator = _Mutator(index)
-        mutator.visit(_function_node(mutated, first_line))
-        if mutator.applied is None:
-            return
-        index += 1
-        operator, line, description = mutator.applied
-        if line in adapted:
-            continue  # our own scaffolding, not upstream code
-        yield Mutant(operator, line, lines[line - 1].strip(), description), ast.unparse(mutated)
+    named: dict[tuple[str, int, str], int] = {}
+    for definition, scope_line in scopes:
+        index = 0
+        while True:
+            mutated = copy.deepcopy(tree)
+            mutator = _Mutator(index)
+            mutator.visit(_function_node(mutated, scope_line))
+            if mutator.applied is None:
+                break
+            index += 1
+            operator, line, description = mutator.applied
+            if line in adapted:
+                continue  # our own scaffolding, not upstream code
+            # Nested operations can start at one column (`a * b * c`: both Mults at col of `a`): the second
+            # and later get "#2", "#3", so that every name is distinct and the first keeps the name it had.
+            seen = named[operator, line, description] = named.get((operator, line, description), 0) + 1
+            if seen > 1:
+                description = f"{description} #{seen}"
+            yield Mutant(operator, line, lines[line - 1].strip(), description, definition), ast.unparse(mutated)
+
+
+def _per_definition(target: Target, killed: list[Mutant], survived: list[Mutant],
+                    equivalent: list[Mutant]) -> dict[str, dict[str, int]]:
+    """Mutants, killed, listed equivalent and survived per mutated definition (0 where a definition has none
+    of the operators' nodes: a 5-line delegation)."""
+    table = {name: {"mutants": 0, "killed": 0, "equivalent": 0, "survived": 0} for name in mutated_definitions(target)}
+    for kind, mutants in (("killed", killed), ("equivalent", equivalent), ("survived", survived)):
+        for mutant in mutants:
+            row = table.setdefault(mutant.definition, {"mutants": 0, "killed": 0, "equivalent": 0, "survived": 0})
+            row[kind] += 1
+            row["mutants"] += 1
+    return table
 
 
 def _register(name: str, source: str) -> ModuleType:
@@ -233,10 +325,14 @@ def _is_equivalent(target: Target, mutant: Mutant, equivalents: list[dict], devi
                    contract: str = "caller") -> str | None:
     """The listed reason, if this mutant was shown equivalent on these devices
     under this contract (an entry may be limited to ``devices`` and/or
-    ``contracts``: e.g. a line today's callers never reach)."""
+    ``contracts``: e.g. a line today's callers never reach). An entry names the
+    ``definition`` it is in; one without it is the entry function's (what every
+    entry was before helpers were mutated), so the same line in a helper is
+    not excused by it."""
     for entry in equivalents:
         if entry["target"] == target.name and entry["operator"] == mutant.operator \
                 and entry["code"] == mutant.code and entry["description"] == mutant.description \
+                and entry.get("definition", entry_definition(target)) == mutant.definition \
                 and set(devices) <= set(entry.get("devices", devices)) \
                 and contract in entry.get("contracts", [contract]):
             return entry["reason"]
@@ -261,10 +357,13 @@ def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
                     limit: int | None = None, shared: bool = False) -> dict:
     baseline = baseline_failure(target, options)
     if baseline is not None:
-        count = sum(1 for number, _ in enumerate(mutants_of(target)) if limit is None or number < limit)
-        return {"target": target.name, "shared": shared, "mutants": count, "killed": 0, "equivalent": [],
-                "survived": [], "kill_rate": None, "baseline": baseline, "examples_to_kill": None,
-                "killed_by": {}, "kills": []}
+        counted = [mutant for number, (mutant, _) in enumerate(mutants_of(target)) if limit is None or number < limit]
+        definitions = _per_definition(target, [], [], [])
+        for mutant in counted:  # not run: counted only
+            definitions[mutant.definition]["mutants"] += 1
+        return {"target": target.name, "shared": shared, "mutants": len(counted), "killed": 0, "equivalent": [],
+                "survived": [], "definitions": definitions, "kill_rate": None, "baseline": baseline,
+                "examples_to_kill": None, "killed_by": {}, "kills": []}
     killed, survived, equivalent, to_kill = [], [], [], []
     killed_by: dict[str, int] = {}
     kills = []
@@ -276,7 +375,7 @@ def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
         if kill is not None:
             killed.append(mutant)
             killed_by[kill.oracles[0]] = killed_by.get(kill.oracles[0], 0) + 1
-            kills.append({"mutant": mutant.key, "oracles": list(kill.oracles)})
+            kills.append({"mutant": mutant.key, "definition": mutant.definition, "oracles": list(kill.oracles)})
             if kill.examples != KILLED_UNCOUNTED:
                 to_kill.append(kill.examples)
         elif reason:
@@ -289,8 +388,10 @@ def selftest_target(target: Target, options: RunConfig, equivalents: list[dict],
         "shared": shared,
         "mutants": scored + len(equivalent),
         "killed": len(killed),
-        "equivalent": [{"mutant": m.key, "code": m.code, "reason": r} for m, r in equivalent],
-        "survived": [{"mutant": m.key, "code": m.code} for m in survived],
+        "equivalent": [{"mutant": m.key, "definition": m.definition, "code": m.code, "reason": r}
+                       for m, r in equivalent],
+        "survived": [{"mutant": m.key, "definition": m.definition, "code": m.code} for m in survived],
+        "definitions": _per_definition(target, killed, survived, [m for m, _ in equivalent]),
         "kill_rate": round(len(killed) / scored, 4) if scored else 1.0,
         # Examples run until each killed mutant was first reported (the #8 target:
         # every one within 200, median at most 20).
