@@ -19,6 +19,10 @@ Callers (vllm 0.30.0; 0.34.0 the same), all passing ``grid_thw`` as a Python ``l
   hands it at most ``max_batch_size`` items / ``max_frames_per_batch`` frames -- paths ``replay-image`` and
   ``replay-video``.
 
+``EncoderCudaGraphManager.__init__`` (vllm/v1/worker/encoder_cudagraph.py) sets ``max_frames_per_batch`` to 0
+when videos are off, to the user's ``encoder_cudagraph_max_frames_per_batch``, or to ``max_batch_size *
+max_frames_per_video``: any value from 0 up is drawn, not only multiples of ``max_batch_size``.
+
 The tower's ``attn_backend`` is ``get_vit_attn_backend(head_size, dtype)``'s pick, drawn as an input
 (``backend``): FLASH_ATTN, TRITON_ATTN, ROCM_AITER_FA get a ``max_seqlen`` tensor from
 ``compute_attn_mask_seqlen``, TORCH_SDPA and FLASHINFER get ``None``.
@@ -55,7 +59,7 @@ ROTARY_HALVES = st.integers(1, 4)
 SEEDS = st.integers(0, 2**31 - 1)
 MAX_BATCH_SIZES = st.integers(1, 3)
 BUDGET_PER_ITEM = st.integers(1, MAX_HW // 2)  # capture strips are per_item * m wide: at most MAX_HW
-FRAME_FACTORS = st.integers(1, 3)  # max_frames_per_batch = factor * max_batch_size
+CAPTURE_FRAME_BUDGETS = st.integers(0, 8)  # max_frames_per_batch: 0 (video off), a user value, B * frames
 EXTRA_SLOTS = st.integers(0, 3)
 WIDE_PADS = st.one_of(st.none(), st.integers(0, 8))
 WIDE_OVERRIDES = st.one_of(st.none(), st.integers(0, 10_000))
@@ -80,7 +84,7 @@ def _metadata_specs(draw: st.DrawFn, available: Sequence[str], contract: str) ->
     kwargs: dict[str, Any] = {}
     if path == "capture":
         batch = draw(MAX_BATCH_SIZES)
-        frames = batch * draw(FRAME_FACTORS)
+        frames = draw(CAPTURE_FRAME_BUDGETS)
         token_budget = batch * draw(BUDGET_PER_ITEM) if merge == 2 else draw(BUDGET_PER_ITEM)
         grid = capture_grid(token_budget, batch, frames, merge)
         kwargs = {"max_batch_size": batch, "max_frames_per_batch": frames,
