@@ -51,3 +51,34 @@ TARGETS = [
         # go to the vision blocks on the device.
     ),
 ]
+
+TARGETS.append(
+    Target(
+        name="qwen25-vl-encoder-metadata",
+        upstream=(f"{_QWEN25}::Qwen2_5_VisionTransformer.prepare_encoder_metadata",),
+        legacy="legacy.qwen2_5_vl:Qwen2_5_VisionTransformer.prepare_encoder_metadata",
+        optimized="optimized.qwen2_5_vl:Qwen2_5_VisionTransformer.prepare_encoder_metadata",
+        upstream_impl="vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VisionTransformer.prepare_encoder_metadata",
+        inputs="strategies.qwen2_5_vl.inputs:Qwen25EncoderMetadataInputs",
+        # Gathers of cache rows and integer index/boundary arithmetic: bitwise. Layout too: the tensors go
+        # straight to the attention kernels and the encoder CUDA graph copies them into its buffers.
+        comparison=Comparison(floats="exact", layout=True),
+        # By design none: every piece of metadata is built on the host (numpy/CPU torch) or gathered on the
+        # device from a cache, max_seqlen stays a host scalar, and every H2D copy is non-blocking: the window
+        # index through pinned memory (the 0.30.0 change), reverse_indices from invert_permutation's pinned
+        # buffer, cu_seqlens / sequence lengths through async_tensor_h2d (MMEncoderAttention). The cos/sin
+        # ``.to(device)`` is a no-op (they were gathered on the device). Unverified on CUDA here.
+        expected_optimized_syncs=0,
+        versions=VERSIONS,
+        description="window index copied to the device through pinned memory (async_tensor_h2d) (0.29.0 -> 0.30.0)",
+        invariants=(
+            "strategies.qwen2_5_vl.oracles:metadata_windows_are_a_permutation_and_its_inverse",
+            "strategies.qwen2_5_vl.oracles:metadata_seqlens_follow_frames_and_windows",
+            "strategies.qwen2_5_vl.oracles:metadata_max_seqlens_stay_on_the_host",
+            "strategies.qwen2_5_vl.oracles:metadata_rows_follow_the_windows",
+        ),
+        reference="strategies.qwen2_5_vl.oracles:METADATA_REFERENCE",
+        # No consumer: the blocks' reads are qwen2-vl-encoder-metadata's (one max_seqlen.item() or a
+        # cu_seqlens .tolist() per block), of tensors this change does not touch.
+    )
+)

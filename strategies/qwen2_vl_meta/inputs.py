@@ -64,6 +64,7 @@ EXTRA_SLOTS = st.integers(0, 3)
 WIDE_PADS = st.one_of(st.none(), st.integers(0, 8))
 WIDE_OVERRIDES = st.one_of(st.none(), st.integers(0, 10_000))
 BOOLS = st.booleans()
+EMPTY_ODDS = st.integers(0, 7)  # wide: an empty grid one draw in eight (both releases raise on it)
 
 
 def capture_grid(token_budget: int, max_batch_size: int, max_frames_per_batch: int, merge: int) -> list[list[int]]:
@@ -77,7 +78,7 @@ def capture_grid(token_budget: int, max_batch_size: int, max_frames_per_batch: i
 
 
 @st.composite
-def _metadata_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+def metadata_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
     wide = contract == "wide"
     merge = draw(MERGE_SIZES)
     path = draw(PATH_CHOICES)
@@ -90,7 +91,9 @@ def _metadata_specs(draw: st.DrawFn, available: Sequence[str], contract: str) ->
         kwargs = {"max_batch_size": batch, "max_frames_per_batch": frames,
                   "max_seqlen_override": token_budget * merge**2, "device": "spec"}
     else:
-        grid = draw(grid_thws(min_size=0 if wide else 1, max_size=3, max_t=3, max_hw=12, merge=merge))
+        grid = draw(grid_thws(min_size=1, max_size=3, max_t=3, max_hw=12, merge=merge))
+        if wide and draw(EMPTY_ODDS) == 0:
+            grid = []
         if path == "replay-image":
             grid = [[1, h, w] for _, h, w in grid]
             kwargs = {"max_batch_size": len(grid) + draw(EXTRA_SLOTS)}
@@ -135,7 +138,7 @@ class Qwen2EncoderMetadataInputs:
     and the drawn backend; the thunk returns upstream's metadata dict."""
 
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
-        return _metadata_specs(available, contract)
+        return metadata_specs(available, contract)
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         if impl.owner is None:
