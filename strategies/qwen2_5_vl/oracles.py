@@ -313,7 +313,9 @@ def _differs(name: str, got: Any, want: torch.Tensor | None, *, where: str) -> s
         return f"{name} is {got.dtype} {tuple(got.shape)}, expected {want.dtype} {tuple(want.shape)}"
     got = got.detach().cpu()
     if not torch.equal(got, want):
-        bad = int((got != want).reshape(got.shape[0], -1).any(dim=1).nonzero()[0]) if got.dim() else 0
+        if got.dim() == 0:
+            return f"{name} is {got.item()}, expected {want.item()}"
+        bad = int((got != want).reshape(got.shape[0], -1).any(dim=1).nonzero()[0])
         return f"{name}[{bad}] is {got[bad].tolist()}, expected {want[bad].tolist()}"
     return None
 
