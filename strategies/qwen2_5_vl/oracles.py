@@ -240,8 +240,9 @@ def _max_seqlen(spec: dict, bounds: list[int], override: int | None) -> int:
     if spec["backend"] in _FLASH_STYLE and len(bounds) >= 2:
         longest = max(b - a for a, b in zip(bounds, bounds[1:]))
     if spec["backend"] == "FLASHINFER":
-        longest = next((s for s in _SEQLEN_BUCKETS if s >= longest), -(-longest // _SEQLEN_BUCKETS[-1]) * _SEQLEN_BUCKETS[-1]) \
-            if longest > 0 else _SEQLEN_BUCKETS[0]
+        top = _SEQLEN_BUCKETS[-1]
+        longest = next((s for s in _SEQLEN_BUCKETS if s >= longest), -(-longest // top) * top) if longest > 0 \
+            else _SEQLEN_BUCKETS[0]
     return longest
 
 

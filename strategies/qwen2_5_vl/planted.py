@@ -1,4 +1,5 @@
-"""Planted bugs and benign refactors for the qwen25-vl-rope-by-thw target (optimized/qwen2_5_vl.py).
+"""Planted bugs and benign refactors for the qwen25-vl-rope-by-thw and qwen25-vl-encoder-metadata targets
+(optimized/qwen2_5_vl.py).
 
 Each is a one-edit mutant of the optimized copy: Plant(name, base_target, module, old, new, why);
 ``old`` occurs once in the copy.

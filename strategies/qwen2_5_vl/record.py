@@ -1,4 +1,6 @@
-"""qwen25-vl-rope-by-thw: ``Qwen2_5_VisionTransformer.get_rope_by_thw`` and ``rotary_pos_emb_thw``
+"""qwen25-vl-rope-by-thw and qwen25-vl-encoder-metadata.
+
+qwen25-vl-rope-by-thw: ``Qwen2_5_VisionTransformer.get_rope_by_thw`` and ``rotary_pos_emb_thw``
 (vllm/model_executor/models/qwen2_5_vl.py), vllm 0.28.0 -> 0.30.0.
 
 0.29.0 builds ``rotary_pos_emb_thw``'s 2-D position ids on the rope cache's device instead of on the
@@ -9,6 +11,12 @@ to the device with ``async_tensor_h2d`` (pinned staging) instead of a pageable n
 The pair spans both releases so that the optimized side is the code every later release
 (0.30.0 .. 0.34.0) ships for these methods. ``get_window_index_thw`` (host-only, unchanged) is
 copied alongside as a callee.
+
+qwen25-vl-encoder-metadata: ``Qwen2_5_VisionTransformer.prepare_encoder_metadata``, 0.28.0 (= 0.29.0) ->
+0.30.0: the batch's window index goes to the device with ``async_tensor_h2d`` (pinned staging) instead of
+``window_index.to(device=device, non_blocking=True)`` from pageable memory. Its callees come from the same
+releases (get_rope_by_thw above, MMEncoderAttention's compute_max_seqlen / maybe_compute_seq_lens /
+maybe_recompute_cu_seqlens), so the optimized side is what 0.30.0 .. 0.34.0 ship.
 """
 
 from fuzz.api import Comparison, Target
