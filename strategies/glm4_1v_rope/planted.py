@@ -4,7 +4,7 @@ Each is a one-edit mutant of the optimized copy: Plant(name, base_target, module
 ``old`` occurs once in the copy.
 """
 
-from fuzz.api import Plant
+from fuzz.api import Plant, SharedPlant
 
 _OPT = "optimized.glm4_1v_rope"
 _TARGET = "glm4v-rot-pos-emb"
@@ -31,4 +31,17 @@ BENIGN = [
     Plant("benign-glm4v-rot-pos-emb-reshape", _TARGET, _OPT,
           "cos_combined = cos[pos_ids].flatten(1)", "cos_combined = cos[pos_ids].reshape(pos_ids.shape[0], -1)",
           "the same [N, 2, k] -> [N, 2k] view of a fresh contiguous gather"),
+]
+
+SHARED_BUGS = [
+    SharedPlant(
+        name="shared-glm4v-rot-pos-emb-swapped-hw",
+        base_target="glm4v-rot-pos-emb",
+        legacy=("legacy.glm4_1v_rope", "torch.stack([hpos_ids, wpos_ids], dim=-1)",
+                "torch.stack([wpos_ids, hpos_ids], dim=-1)"),
+        optimized=("optimized.glm4_1v_rope", "torch.stack([hpos_ids, wpos_ids], dim=-1)",
+                   "torch.stack([wpos_ids, hpos_ids], dim=-1)"),
+        why="row and column ids swapped in both releases: every patch of a non-square neighbourhood reads "
+        "the wrong rotary rows, and pos_ids holds [w, h]",
+    ),
 ]

@@ -5,7 +5,7 @@ Each is a one-edit mutant of the optimized copy: Plant(name, base_target, module
 ``old`` occurs once in the copy.
 """
 
-from fuzz.api import Plant
+from fuzz.api import Plant, SharedPlant
 
 _OPT = "optimized.qwen2_5_vl"
 _TARGET = "qwen25-vl-rope-by-thw"
@@ -63,4 +63,17 @@ BENIGN += [
           "window_index = async_tensor_h2d(window_index, device)",
           "window_index = window_index.to(device=device, non_blocking=True)",
           "0.29.0's pageable non-blocking copy: the same values, only the copy's asynchrony differs"),
+]
+
+SHARED_BUGS = [
+    SharedPlant(
+        name="shared-qwen25-meta-window-override-is-full",
+        base_target=_META,
+        legacy=("legacy.qwen2_5_vl", "max_seqlen_window_val = max_seqlen_window_override",
+                "max_seqlen_window_val = max_seqlen_override"),
+        optimized=(_OPT, "max_seqlen_window_val = max_seqlen_window_override",
+                   "max_seqlen_window_val = max_seqlen_override"),
+        why="capture bakes the full-attention override (token_budget * m**2) into the window blocks' "
+        "max_seqlen in both releases instead of the window bound (window**2 * m**2)",
+    ),
 ]

@@ -4,7 +4,7 @@ Each is a one-edit mutant of the optimized copy: Plant(name, base_target, module
 ``old`` occurs once in the copy.
 """
 
-from fuzz.api import Plant
+from fuzz.api import Plant, SharedPlant
 
 _OPT = "optimized.qwen2_vl_meta"
 _TARGET = "qwen2-vl-encoder-metadata"
@@ -35,4 +35,16 @@ BENIGN = [
           "                            cu_seqlens[-1],\n", "                            int(cu_seqlens[-1]),\n",
           "the last boundary as a Python int: torch.full casts it to the given int32 either way (a host read "
           "of a host tensor)"),
+]
+
+SHARED_BUGS = [
+    SharedPlant(
+        name="shared-qwen2-meta-frame-is-h-squared",
+        base_target=_TARGET,
+        legacy=("legacy.qwen2_vl_meta", "grid_thw_np[:, 1] * grid_thw_np[:, 2],",
+                "grid_thw_np[:, 1] * grid_thw_np[:, 1],"),
+        optimized=(_OPT, "grid_thw_np[:, 1] * grid_thw_np[:, 2],", "grid_thw_np[:, 1] * grid_thw_np[:, 1],"),
+        why="each frame's sequence counted as h * h patches in both releases: any image wider or taller than "
+        "square gets wrong attention boundaries",
+    ),
 ]
