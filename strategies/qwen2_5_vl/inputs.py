@@ -24,14 +24,17 @@ device. The thunk makes the calls in order and returns every call's 5-tuple.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import torch
 from hypothesis import strategies as st
 
 from fuzz.api import HarnessError, Impl
-from strategies.common import choice_of
-from strategies.qwen2_vl.inputs import rope_grid_specs, rope_table
+from strategies.common import FLOAT_DTYPES, choice_of
+from strategies.qwen2_vl.inputs import grid_in_form, rope_grid_specs, rope_table
+from strategies.qwen2_vl_meta import inputs as meta
 
 PATCH_SIZE = 14  # Qwen2.5-VL's patch size: only window_size // merge // patch_size matters
 WINDOWS = choice_of([4, 1, 2, 3])  # merged-token window side; 4 = 112 // 2 // 14, the shipped configs
@@ -79,5 +82,91 @@ class Qwen25RopeByThwInputs:
 
         def call() -> list[tuple]:
             return [get_rope_by_thw(tower, t, h, w) for t, h, w in calls]
+
+        return call
+
+
+# --- qwen25-vl-encoder-metadata: prepare_encoder_metadata -------------------------------------------------
+
+# Qwen2.5-VL's vision tower: hidden_size 1280 in the shipped configs (a small one too), tensor-parallel
+# 1 or 2, FP8 attention off (fp8_padded_hidden_size None) or on (the hidden size padded up).
+HIDDEN_SIZES = choice_of([1280, 16])
+TP_SIZES = choice_of([1, 2])
+FP8_PADDINGS = choice_of([None, 64])
+
+
+def max_window_seqs(token_budget: int, max_batch_size: int, max_frames_per_batch: int, window: int) -> int:
+    """``Qwen2_5_VisionTransformer.get_encoder_cudagraph_max_window_seqs`` (0.30.0): the capture's
+    window-sequence budget."""
+    max_sequence_units = max(max_batch_size, max_frames_per_batch)
+    max_strip_windows = (token_budget + window - 1) // window
+    return min(token_budget, max_sequence_units + max_strip_windows)
+
+
+@st.composite
+def _encoder_metadata_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+    # The paths, grids, backends and keywords are qwen2-vl-encoder-metadata's (strategies/qwen2_vl_meta/inputs.py):
+    # the two towers share their callers' forms; the window keywords are Qwen2.5-VL's own.
+    wide = contract == "wide"
+    spec = draw(meta.metadata_specs(available, contract))
+    window = draw(WINDOWS)
+    merge = spec["merge"]
+    kwargs = spec["kwargs"]
+    if spec["path"] == "capture" and "max_seqlen_override" in kwargs and kwargs["max_batch_size"] is not None:
+        token_budget = kwargs["max_seqlen_override"] // merge**2
+        kwargs["max_window_seqs_per_batch"] = max_window_seqs(
+            token_budget, kwargs["max_batch_size"], kwargs["max_frames_per_batch"], window)
+        kwargs["max_seqlen_window_override"] = window**2 * merge**2
+    elif wide and spec["path"] != "capture" and draw(meta.BOOLS):
+        kwargs["max_window_seqs_per_batch"] = draw(meta.WIDE_PADS)
+        kwargs["max_seqlen_window_override"] = draw(meta.WIDE_OVERRIDES)
+    hidden = draw(HIDDEN_SIZES)
+    fp8 = draw(FP8_PADDINGS)
+    spec.update({"window": window, "hidden_size": hidden, "tp_size": draw(TP_SIZES),
+                 "fp8_padded_hidden_size": None if fp8 is None else hidden + fp8})
+    return spec
+
+
+class Qwen25EncoderMetadataInputs:
+    """``Qwen2_5_VisionTransformer.prepare_encoder_metadata(grid_thw, **kwargs)`` on a fresh tower of the
+    side's own class (its rope cache empty), with the drawn backend and caller keywords; returns the
+    metadata dict.
+
+    Callers (vllm 0.30.0; 0.34.0 the same): ``Qwen2_5_VisionTransformer.forward(x, grid_thw)`` with no
+    ``encoder_metadata`` calls ``self.prepare_encoder_metadata(grid_thw)`` (``grid_thw_list =
+    grid_thw.tolist()`` from ``_process_image_input`` / ``_process_video_input``) -- path ``eager``;
+    ``prepare_encoder_cudagraph_capture_inputs`` passes ``grid_config`` (strategies/qwen2_vl_meta's
+    ``capture_grid``) with ``max_batch_size``, ``max_frames_per_batch``,
+    ``max_window_seqs_per_batch=self.visual.get_encoder_cudagraph_max_window_seqs(token_budget,
+    max_batch_size, max_frames_per_batch)``, ``max_seqlen_override=token_budget * m**2``,
+    ``max_seqlen_window_override=window**2 * m**2`` and ``device``; ``prepare_encoder_cudagraph_replay_buffers``
+    passes ``_get_grid_thw_by_modality(mm_kwargs)`` with ``max_batch_size`` (images) or
+    ``max_frames_per_batch`` (videos). The tower's ``attn_backend`` is drawn (FLASH_ATTN, TRITON_ATTN,
+    ROCM_AITER_FA, TORCH_SDPA, FLASHINFER), as are ``hidden_size``, ``tp_size`` and
+    ``fp8_padded_hidden_size``, which only FLASHINFER's cu_seqlens layout reads. The wide contract is
+    strategies/qwen2_vl_meta's (other grid forms, an empty grid, any padding targets and overrides) plus
+    any window budget and window override outside capture.
+    """
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _encoder_metadata_specs(available, contract)
+
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        if impl.owner is None:
+            raise HarnessError(f"{impl.path} must be Qwen2_5_VisionTransformer.prepare_encoder_metadata")
+        merge, device = spec["merge"], spec["device"]
+        weight = torch.empty(0, dtype=FLOAT_DTYPES[spec["dtype"]], device=device)
+        tower = impl.owner(
+            merge, PATCH_SIZE, spec["window"] * merge * PATCH_SIZE, rope_table(spec, device),
+            attn_backend=impl.module.AttentionBackendEnum[spec["backend"]], hidden_size=spec["hidden_size"],
+            tp_size=spec["tp_size"], fp8_padded_hidden_size=spec["fp8_padded_hidden_size"],
+            patch_embed=SimpleNamespace(proj=SimpleNamespace(weight=weight)))
+        grid_thw = grid_in_form(spec["grid_thw"], spec["grid_form"], device)
+        kwargs = dict(spec["kwargs"])
+        if kwargs.get("device") == "spec":
+            kwargs["device"] = torch.device(device)  # capture passes the runner's device
+
+        def call() -> dict[str, Any]:
+            return impl.function(tower, grid_thw, **kwargs)
 
         return call

@@ -1,4 +1,6 @@
-"""qwen25-vl-rope-by-thw: ``Qwen2_5_VisionTransformer.get_rope_by_thw`` and ``rotary_pos_emb_thw``
+"""qwen25-vl-rope-by-thw and qwen25-vl-encoder-metadata.
+
+qwen25-vl-rope-by-thw: ``Qwen2_5_VisionTransformer.get_rope_by_thw`` and ``rotary_pos_emb_thw``
 (vllm/model_executor/models/qwen2_5_vl.py), vllm 0.28.0 -> 0.30.0.
 
 0.29.0 builds ``rotary_pos_emb_thw``'s 2-D position ids on the rope cache's device instead of on the
@@ -9,6 +11,12 @@ to the device with ``async_tensor_h2d`` (pinned staging) instead of a pageable n
 The pair spans both releases so that the optimized side is the code every later release
 (0.30.0 .. 0.34.0) ships for these methods. ``get_window_index_thw`` (host-only, unchanged) is
 copied alongside as a callee.
+
+qwen25-vl-encoder-metadata: ``Qwen2_5_VisionTransformer.prepare_encoder_metadata``, 0.28.0 (= 0.29.0) ->
+0.30.0: the batch's window index goes to the device with ``async_tensor_h2d`` (pinned staging) instead of
+``window_index.to(device=device, non_blocking=True)`` from pageable memory. Its callees come from the same
+releases (get_rope_by_thw above, MMEncoderAttention's compute_max_seqlen / maybe_compute_seq_lens /
+maybe_recompute_cu_seqlens), so the optimized side is what 0.30.0 .. 0.34.0 ship.
 """
 
 from fuzz.api import Comparison, Target
@@ -51,3 +59,34 @@ TARGETS = [
         # go to the vision blocks on the device.
     ),
 ]
+
+TARGETS.append(
+    Target(
+        name="qwen25-vl-encoder-metadata",
+        upstream=(f"{_QWEN25}::Qwen2_5_VisionTransformer.prepare_encoder_metadata",),
+        legacy="legacy.qwen2_5_vl:Qwen2_5_VisionTransformer.prepare_encoder_metadata",
+        optimized="optimized.qwen2_5_vl:Qwen2_5_VisionTransformer.prepare_encoder_metadata",
+        upstream_impl="vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VisionTransformer.prepare_encoder_metadata",
+        inputs="strategies.qwen2_5_vl.inputs:Qwen25EncoderMetadataInputs",
+        # Gathers of cache rows and integer index/boundary arithmetic: bitwise. Layout too: the tensors go
+        # straight to the attention kernels and the encoder CUDA graph copies them into its buffers.
+        comparison=Comparison(floats="exact", layout=True),
+        # By design none: every piece of metadata is built on the host (numpy/CPU torch) or gathered on the
+        # device from a cache, max_seqlen stays a host scalar, and every H2D copy is non-blocking: the window
+        # index through pinned memory (the 0.30.0 change), reverse_indices from invert_permutation's pinned
+        # buffer, cu_seqlens / sequence lengths through async_tensor_h2d (MMEncoderAttention). The cos/sin
+        # ``.to(device)`` is a no-op (they were gathered on the device). Unverified on CUDA here.
+        expected_optimized_syncs=0,
+        versions=VERSIONS,
+        description="window index copied to the device through pinned memory (async_tensor_h2d) (0.29.0 -> 0.30.0)",
+        invariants=(
+            "strategies.qwen2_5_vl.oracles:metadata_windows_are_a_permutation_and_its_inverse",
+            "strategies.qwen2_5_vl.oracles:metadata_seqlens_follow_frames_and_windows",
+            "strategies.qwen2_5_vl.oracles:metadata_max_seqlens_stay_on_the_host",
+            "strategies.qwen2_5_vl.oracles:metadata_rows_follow_the_windows",
+        ),
+        reference="strategies.qwen2_5_vl.oracles:METADATA_REFERENCE",
+        # No consumer: the blocks' reads are qwen2-vl-encoder-metadata's (one max_seqlen.item() or a
+        # cu_seqlens .tolist() per block), of tensors this change does not touch.
+    )
+)
