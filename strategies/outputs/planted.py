@@ -1,0 +1,71 @@
+"""Planted bugs and benign refactors of logprobs-tensors-to-cpu (optimized/outputs.py), collected by
+tests/planted. Each is a one-edit mutant of the optimized copy: Plant(name, base_target, module, old, new, why).
+
+On the CPU ``to_cpu_nonblocking`` returns ``self`` (no copy), so the bugs a CPU run must report sit in what
+runs on both devices (the CPU early return, ``tolists``); the race plants edit the CUDA copy path.
+"""
+
+from fuzz.api import Plant
+
+_OPT = "optimized.outputs"
+_TARGET = "logprobs-tensors-to-cpu"
+
+BUGS = [
+    Plant("planted-logprobs-device-boundaries-ignored", _TARGET, _OPT,
+          "                cu_num_generated_tokens = self.cu_num_generated_tokens_tensor.tolist()",
+          "                cu_num_generated_tokens = self.cu_num_generated_tokens",
+          "the device boundaries of adaptive verification never read: the scheduler gets None and slices "
+          "request i as row i (the misassigned rows PR #52242 fixed)"),
+    Plant("planted-logprobs-ranks-from-ids", _TARGET, _OPT,
+          "            self.selected_token_ranks.cpu().numpy(),",
+          "            self.logprob_token_ids[:, 0].cpu().numpy(),",
+          "the sampled token's id handed out as its rank"),
+    Plant("planted-logprobs-cpu-return-drops-boundaries", _TARGET, _OPT,
+          '        if self.logprob_token_ids.device.type == "cpu":\n            return self',
+          '        if self.logprob_token_ids.device.type == "cpu":\n'
+          "            return self._replace(cu_num_generated_tokens_tensor=None)",
+          "the CPU shortcut drops the device boundaries: tolists then has none"),
+]
+
+BENIGN = [
+    Plant("benign-logprobs-boundaries-as-ints", _TARGET, _OPT,
+          "                cu_num_generated_tokens = self.cu_num_generated_tokens_tensor.tolist()",
+          "                cu_num_generated_tokens = [int(v) for v in self.cu_num_generated_tokens_tensor]",
+          "the same Python ints, one element at a time (the tensor is on the host after the copy)"),
+]
+
+# ---- the D2H race of issue #44 (fuzz/oracles/races.py; CUDA only: on the CPU no copy is asynchronous and
+# to_cpu_nonblocking returns before the edited lines)
+
+_COPY_BOUNDARIES = '            cu_tensor = cu_tensor.to("cpu", non_blocking=True)\n'
+
+RACE_BUGS = [
+    Plant("planted-race-logprobs-boundaries-read-early", _TARGET, _OPT, _COPY_BOUNDARIES,
+          _COPY_BOUNDARIES
+          + "            # the boundaries turned into a list at once: the pinned host copy may still be pending\n"
+          + "            return self._replace(\n"
+          + '                logprob_token_ids=self.logprob_token_ids.to("cpu", non_blocking=True),\n'
+          + '                logprobs=self.logprobs.to("cpu", non_blocking=True),\n'
+          + '                selected_token_ranks=self.selected_token_ranks.to("cpu", non_blocking=True),\n'
+          + "                cu_num_generated_tokens=cu_tensor.tolist(),\n"
+          + "                cu_num_generated_tokens_tensor=None,\n"
+          + "            )\n",
+          "the device boundaries read (.tolist() of the pinned D2H destination) before the copy's event, as "
+          "vLLM #36013 / #36942 read a pinned D2H result early: the scheduler gets whatever the host memory held"),
+]
+
+RACE_BENIGN = [
+    Plant("benign-race-logprobs-boundaries-read-after-event", _TARGET, _OPT, _COPY_BOUNDARIES,
+          _COPY_BOUNDARIES
+          + "            copied = torch.cuda.Event()\n"
+          + "            copied.record()\n"
+          + "            copied.synchronize()  # the copy's event first: then the pinned list is real\n"
+          + "            return self._replace(\n"
+          + '                logprob_token_ids=self.logprob_token_ids.to("cpu", non_blocking=True),\n'
+          + '                logprobs=self.logprobs.to("cpu", non_blocking=True),\n'
+          + '                selected_token_ranks=self.selected_token_ranks.to("cpu", non_blocking=True),\n'
+          + "                cu_num_generated_tokens=cu_tensor.tolist(),\n"
+          + "                cu_num_generated_tokens_tensor=None,\n"
+          + "            )\n",
+          "the race plant's early list, read only after waiting on an event recorded behind the copy"),
+]

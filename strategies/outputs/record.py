@@ -1,0 +1,45 @@
+"""logprobs-tensors-to-cpu: ``LogprobsTensors.to_cpu_nonblocking`` then ``tolists`` (vllm/v1/outputs.py),
+vllm 0.28.0 -> 0.34.0.
+
+The change (0.29.0, vLLM PR #52242): the request boundaries may live on the device
+(``cu_num_generated_tokens_tensor``, adaptive verification); ``to_cpu_nonblocking`` copies them to the host
+with the logprobs (``non_blocking`` D2H into pinned memory) and ``tolists`` turns the host copy into a list,
+right only once the caller waited for the copy's event. 0.30.0-0.34.0 left these methods alone. The entry
+point is ``to_cpu_nonblocking``; the thunk waits on the copy's event and calls ``tolists`` as
+``AsyncOutput.get_output`` does (strategies/outputs/inputs.py). ``empty_cpu`` (pinned in 0.29.0) has no caller
+left in 0.34.0 (its one caller, the v1 runner's prompt logprobs, is gone): claimed here as held by the copies,
+not entered by this target's examples.
+"""
+
+from fuzz.api import Comparison, Target
+
+# The releases the copies were taken from: provenance checks them against these, drift measures
+# from them, and reports and repro files label the target with them.
+VERSIONS = ("0.28.0", "0.34.0")
+DESIGN_ROWS = (99,)
+
+TARGETS = [
+    Target(
+        name="logprobs-tensors-to-cpu",
+        upstream=(
+            "vllm/v1/outputs.py::LogprobsTensors.to_cpu_nonblocking",
+            "vllm/v1/outputs.py::LogprobsTensors.tolists",
+        ),
+        legacy="legacy.outputs:LogprobsTensors.to_cpu_nonblocking",
+        optimized="optimized.outputs:LogprobsTensors.to_cpu_nonblocking",
+        upstream_impl="vllm.v1.outputs:LogprobsTensors.to_cpu_nonblocking",
+        inputs="strategies.outputs.inputs:LogprobsToHostInputs",
+        comparison=Comparison(floats="exact"),
+        # By design none: non_blocking D2H copies into pinned memory, the caller's wait is on an event (not a
+        # sync torch's detector counts), and tolists reads host tensors only. To be confirmed on CUDA.
+        expected_optimized_syncs=0,
+        versions=VERSIONS,
+        description="PR #52242: device request boundaries ride along on the logprobs D2H copy (0.28.0 -> 0.34.0)",
+        invariants=(
+            "strategies.outputs.oracles:lists_hold_the_sampled_values",
+            "strategies.outputs.oracles:lists_carry_the_request_boundaries",
+            "strategies.outputs.oracles:host_copy_is_on_the_host",
+        ),
+        # No consumer: tolists is the host read; the scheduler only slices the numpy arrays it returns.
+    ),
+]
