@@ -128,3 +128,58 @@ class LogprobsToHostInputs:
             }
 
         return call
+
+
+@st.composite
+def _mask_slice_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+    device = draw(devices(available))
+    spec_decode = draw(st.booleans())
+    num_reqs = draw(st.integers(1, 4))
+    top = 3 if spec_decode else 1
+    positions = draw(st.lists(st.integers(1, top), min_size=num_reqs, max_size=num_reqs))
+    return {
+        "device": device,
+        "spec_decode": spec_decode,
+        "positions": positions,
+        "request": draw(st.integers(0, num_reqs - 1)),
+        "vocab_size": draw(st.integers(1, 60)),
+        "min_support": 0 if contract == "wide" else 1,
+        "seed": draw(st.integers(0, 2**31 - 1)),
+    }
+
+
+def mask_rows_of(spec: dict) -> list[list[list[int]]]:
+    """Each request's positions, each position's kept token ids ascending (at least ``min_support``)."""
+    rng = np.random.default_rng(spec["seed"])
+    vocab, low = spec["vocab_size"], spec["min_support"]
+    return [[sorted(rng.choice(vocab, int(rng.integers(low, vocab + 1)), replace=False).tolist())
+             for _ in range(n)] for n in spec["positions"]]
+
+
+class MaskSliceNestedListInputs:
+    """One request's slice of the step's sampling masks, as the output processor holds it, for
+    ``SamplingMaskLists.to_nested_list`` (vllm/v1/outputs.py).
+
+    Callers: ``SamplingMaskTensors.tolists`` builds the step's CSR (0.34.0: ``offsets`` over every position,
+    ``cu_num_generated_tokens`` only with several positions per request, spec decode; 0.28.0 always gave it);
+    the scheduler takes ``slice_request(req_index, len(new_token_ids))`` (vllm/v1/core/sched/scheduler.py);
+    the output processor reads ``chunk.to_nested_list()`` per chunk (0.34.0 vllm/v1/engine/output_processor.py;
+    0.28.0 read it from ``SamplingMaskLists.merge(chunks)``, a CSR of the same form). The slice is made with
+    the side's own ``slice_request`` (a one-position slice has ``offsets=None`` from 0.30.0 on), outside the
+    call; the thunk makes only the ``to_nested_list`` call. The device plays no part (host numpy arrays): a
+    CUDA run runs the same host code.
+    """
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _mask_slice_specs(available, contract)
+
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        lists_class = impl.owner  # the side's SamplingMaskLists
+        rows = [ids for request in mask_rows_of(spec) for ids in request]
+        token_ids = np.array([i for ids in rows for i in ids], dtype=np.int32)
+        offsets = np.concatenate(([0], np.cumsum([len(ids) for ids in rows]))).astype(np.int64)
+        cu = np.concatenate(([0], np.cumsum(spec["positions"]))).tolist() if spec["spec_decode"] else None
+        step = lists_class(token_ids, offsets, cu)
+        chunk = step.slice_request(spec["request"], spec["positions"][spec["request"]])
+        to_nested_list = impl.function
+        return lambda: to_nested_list(chunk)

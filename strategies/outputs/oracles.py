@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from strategies.outputs.inputs import TENSOR_FIELDS, boundaries_of, logprobs_values
+from strategies.outputs.inputs import TENSOR_FIELDS, boundaries_of, logprobs_values, mask_rows_of
 
 _LIST_FIELDS = {"logprob_token_ids": "logprob_token_ids", "logprobs": "logprobs",
                 "selected_token_ranks": "sampled_token_ranks"}
@@ -88,3 +88,23 @@ def host_copy_is_on_the_host(spec: dict, output: Any) -> str | None:
         if copied and host.numel() and not where.get("pinned"):
             return f"host.{name} copied from CUDA into pageable memory: the non_blocking copy would not overlap"
     return None
+
+
+# ---- sampling-mask-lists-to-nested-list: SamplingMaskLists.to_nested_list of one request's slice
+
+def nested_list_is_the_requests_masks(spec: dict, output: Any) -> str | None:
+    """``to_nested_list`` of a request's slice is that request's positions in order, each the list of its kept
+    token ids (the ``SamplingMask`` the engine returns to the user)."""
+    want = mask_rows_of(spec)[spec["request"]]
+    if output != want:
+        return f"nested list {output!r}, the request's masks {want!r}"
+    return None
+
+
+def nested_list_holds_python_ints(spec: dict, output: Any) -> str | None:
+    """The result is a ``list[list[int]]`` of Python ints (``-> list[list[int]]``; the output processor hands it
+    to the user and serializes it): no numpy scalars, no arrays."""
+    if not isinstance(output, list) or not all(isinstance(p, list) for p in output):
+        return f"result is {type(output).__name__} of {[type(p).__name__ for p in output][:3] if isinstance(output, list) else ''}"
+    odd = {type(v).__name__ for p in output for v in p if type(v) is not int}
+    return f"ids of type {sorted(odd)}, not Python int" if odd else None

@@ -27,7 +27,23 @@ BUGS = [
           "the CPU shortcut drops the device boundaries: tolists then has none"),
 ]
 
+_LISTS = "sampling-mask-lists-to-nested-list"
+BUGS += [
+    Plant("planted-nested-list-one-position-flat", _LISTS, _OPT,
+          "            return [token_ids]", "            return token_ids",
+          "a one-position slice returned flat: the output processor takes each id for a position"),
+    Plant("planted-nested-list-last-position-dropped", _LISTS, _OPT,
+          "for i in range(len(offsets) - 1)]", "for i in range(len(offsets) - 2)]",
+          "the last position of a multi-position (spec decode) slice dropped"),
+    Plant("planted-nested-list-numpy-scalars", _LISTS, _OPT,
+          "        token_ids = self.token_ids.tolist()", "        token_ids = list(self.token_ids)",
+          "ids kept as numpy int32 scalars: not the list[list[int]] the user gets and msgspec serializes"),
+]
+
 BENIGN = [
+    Plant("benign-nested-list-offsets-as-ints", _LISTS, _OPT,
+          "        offsets = self.offsets.tolist()", "        offsets = [int(o) for o in self.offsets]",
+          "the same Python ints, one element at a time"),
     Plant("benign-logprobs-boundaries-as-ints", _TARGET, _OPT,
           "                cu_num_generated_tokens = self.cu_num_generated_tokens_tensor.tolist()",
           "                cu_num_generated_tokens = [int(v) for v in self.cu_num_generated_tokens_tensor]",

@@ -42,4 +42,23 @@ TARGETS = [
         ),
         # No consumer: tolists is the host read; the scheduler only slices the numpy arrays it returns.
     ),
+    Target(
+        name="sampling-mask-lists-to-nested-list",
+        upstream=("vllm/v1/outputs.py::SamplingMaskLists.to_nested_list",),
+        legacy="legacy.outputs:SamplingMaskLists.to_nested_list",
+        optimized="optimized.outputs:SamplingMaskLists.to_nested_list",
+        upstream_impl="vllm.v1.outputs:SamplingMaskLists.to_nested_list",
+        inputs="strategies.outputs.inputs:MaskSliceNestedListInputs",
+        comparison=Comparison(floats="exact"),
+        # Host numpy only: nothing to sync on any device.
+        expected_optimized_syncs=0,
+        versions=VERSIONS,
+        description="to_nested_list converts once with .tolist() and takes one-position slices "
+                    "(offsets=None) (0.28.0 -> 0.34.0)",
+        invariants=(
+            "strategies.outputs.oracles:nested_list_is_the_requests_masks",
+            "strategies.outputs.oracles:nested_list_holds_python_ints",
+        ),
+        # No consumer: the output processor hands the nested list to the user as SamplingMask.
+    ),
 ]

@@ -7,7 +7,8 @@ The changes: 0.30.0 added the compact ``token_ids`` rows, copied to the host by 
 ``max_num_kept``), keeping every request's row; ``to_nested_list`` converts once with ``.tolist()`` and takes a
 one-position slice (``offsets=None``); 0.32.0 added ``rows_per_request`` (spec decode). The entry point is
 ``to_cpu_nonblocking``; the thunk waits on the copy's event and makes the engine's reads
-(strategies/sample_output/inputs.py).
+(strategies/sample_output/inputs.py), ``to_nested_list`` included; that one is claimed by its own target,
+sampling-mask-lists-to-nested-list (strategies/outputs/record.py), whose copy module holds it.
 """
 
 from fuzz.api import Comparison, Target
@@ -23,7 +24,6 @@ TARGETS = [
         upstream=(
             "vllm/v1/worker/gpu/sample/output.py::SamplingMaskTensors.to_cpu_nonblocking",
             "vllm/v1/worker/gpu/sample/output.py::SamplingMaskTensors.tolists",
-            "vllm/v1/outputs.py::SamplingMaskLists.to_nested_list",
         ),
         legacy="legacy.sample_output:SamplingMaskTensors.to_cpu_nonblocking",
         optimized="optimized.sample_output:SamplingMaskTensors.to_cpu_nonblocking",
