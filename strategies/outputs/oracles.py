@@ -105,6 +105,7 @@ def nested_list_holds_python_ints(spec: dict, output: Any) -> str | None:
     """The result is a ``list[list[int]]`` of Python ints (``-> list[list[int]]``; the output processor hands it
     to the user and serializes it): no numpy scalars, no arrays."""
     if not isinstance(output, list) or not all(isinstance(p, list) for p in output):
-        return f"result is {type(output).__name__} of {[type(p).__name__ for p in output][:3] if isinstance(output, list) else ''}"
+        kinds = sorted({type(p).__name__ for p in output}) if isinstance(output, list) else []
+        return f"result is a {type(output).__name__} of {kinds}, not a list of lists"
     odd = {type(v).__name__ for p in output for v in p if type(v) is not int}
     return f"ids of type {sorted(odd)}, not Python int" if odd else None

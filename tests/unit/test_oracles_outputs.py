@@ -3,6 +3,7 @@ and kept by the copies' own output."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fuzz.api import Impl
@@ -65,3 +66,36 @@ def test_host_copy_broken():
     assert "pageable" in host_copy_is_on_the_host(cuda_spec, output)
     output["host"]["logprobs"] = torch.empty(0)
     assert host_copy_is_on_the_host(SPEC, output) is not None
+
+
+# ---- sampling-mask-lists-to-nested-list
+
+from strategies.outputs.inputs import MaskSliceNestedListInputs, mask_rows_of  # noqa: E402
+from strategies.outputs.oracles import nested_list_holds_python_ints, nested_list_is_the_requests_masks  # noqa: E402
+
+SLICE_SPEC = {"device": "cpu", "spec_decode": True, "positions": [2, 3, 1], "request": 1, "vocab_size": 30,
+              "min_support": 1, "seed": 5}
+
+
+def _nested(module, spec=SLICE_SPEC):  # noqa: ANN001, ANN202
+    owner = module.SamplingMaskLists
+    impl = Impl(path=f"{module.__name__}:SamplingMaskLists.to_nested_list", function=owner.to_nested_list,
+                owner=owner, module=module)
+    return MaskSliceNestedListInputs().materialize(dict(spec), impl, "optimized")()
+
+
+def test_the_copies_keep_the_nested_list_invariants():
+    for module in (legacy_outputs, optimized_outputs):
+        for spec in (SLICE_SPEC, {**SLICE_SPEC, "spec_decode": False, "positions": [1, 1, 1]}):
+            output = _nested(module, spec)
+            assert output == mask_rows_of(spec)[1]
+            assert nested_list_is_the_requests_masks(spec, output) is None
+            assert nested_list_holds_python_ints(spec, output) is None
+
+
+def test_the_nested_list_invariants_broken():
+    output = _nested(optimized_outputs)
+    assert nested_list_is_the_requests_masks(SLICE_SPEC, output[:-1]) is not None
+    assert nested_list_holds_python_ints(SLICE_SPEC, output[0]) is not None  # flat: ids, not positions
+    as_numpy = [[np.int32(v) for v in position] for position in output]
+    assert "int32" in nested_list_holds_python_ints(SLICE_SPEC, as_numpy)
