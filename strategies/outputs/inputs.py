@@ -183,3 +183,63 @@ class MaskSliceNestedListInputs:
         chunk = step.slice_request(spec["request"], spec["positions"][spec["request"]])
         to_nested_list = impl.function
         return lambda: to_nested_list(chunk)
+
+
+@st.composite
+def _prompt_logprobs_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+    device = draw(devices(available))
+    num_prompt_tokens = draw(st.integers(1, 12))
+    rows = num_prompt_tokens - 1
+    # Chunked prefill: the prompt's rows arrive in consecutive chunks, one per step.
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(rows - 1, 1)), max_size=3)))) if rows > 1 else []
+    return {
+        "device": device,
+        "num_prompt_tokens": num_prompt_tokens,
+        "num_prompt_logprobs": draw(st.integers(0, 5)),
+        "chunks": [b - a for a, b in zip([0, *cuts], [*cuts, rows])] if rows else [],
+        "seed": draw(st.integers(0, 2**31 - 1)),
+    }
+
+
+def prompt_logprobs_values(spec: dict) -> dict[str, torch.Tensor]:
+    """What ``Sampler.gather_logprobs`` gives for the whole prompt (0.28.0 vllm/v1/sample/sampler.py): int32 ids,
+    float32 log-probabilities, int64 ranks; deterministic from ``seed``."""
+    as_logprobs = {**spec, "positions": [spec["num_prompt_tokens"] - 1], "num_logprobs": spec["num_prompt_logprobs"],
+                   "id_dtype": "int32", "rank_dtype": "int64"}
+    return logprobs_values(as_logprobs)
+
+
+class PromptLogprobsInputs:
+    """``LogprobsTensors.empty_cpu`` as its caller used it: 0.28.0's v1 runner, ``_get_prompt_logprobs_dict``
+    (vllm/v1/worker/gpu_model_runner.py), allocates ``LogprobsTensors.empty_cpu(num_prompt_tokens - 1,
+    num_prompt_logprobs + 1)`` once per request, copies each prefill chunk's rows in with
+    ``logprobs_tensors.logprob_token_ids[chunk_slice].copy_(token_ids, non_blocking=True)`` (and the same for
+    ``logprobs`` and ``selected_token_ranks``), and once a request's prompt is done, "Must synchronize the
+    non-blocking GPU->CPU transfers": ``self._sync_device()`` (``torch.cuda.synchronize()``); the scheduler then
+    reads ``tolists()``. The thunk makes all of it: the one sync per call is the caller's, by design. 0.34.0
+    has no caller left (the v1 runner is gone); the contract is 0.28.0's, under both contracts.
+    """
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _prompt_logprobs_specs(available, contract)
+
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        device = spec["device"]
+        computed = {name: t.to(device) for name, t in prompt_logprobs_values(spec).items()}
+        empty_cpu = impl.function  # a staticmethod: a plain function of the class
+        rows, cols = spec["num_prompt_tokens"] - 1, spec["num_prompt_logprobs"] + 1
+
+        def call() -> dict[str, Any]:
+            tensors = empty_cpu(rows, cols)
+            start = 0
+            for length in spec["chunks"]:
+                chunk_slice = slice(start, start + length)
+                for name in TENSOR_FIELDS:
+                    getattr(tensors, name)[chunk_slice].copy_(computed[name][chunk_slice], non_blocking=True)
+                start += length
+            if torch.device(device).type == "cuda":
+                torch.cuda.synchronize()  # the runner's _sync_device()
+            return {"host": {name: getattr(tensors, name) for name in TENSOR_FIELDS},
+                    "lists": dict(tensors.tolists()._asdict())}
+
+        return call

@@ -20,7 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from strategies.outputs.inputs import TENSOR_FIELDS, boundaries_of, logprobs_values, mask_rows_of
+from strategies.outputs.inputs import (
+    TENSOR_FIELDS,
+    boundaries_of,
+    logprobs_values,
+    mask_rows_of,
+    prompt_logprobs_values,
+)
 
 _LIST_FIELDS = {"logprob_token_ids": "logprob_token_ids", "logprobs": "logprobs",
                 "selected_token_ranks": "sampled_token_ranks"}
@@ -109,3 +115,38 @@ def nested_list_holds_python_ints(spec: dict, output: Any) -> str | None:
         return f"result is a {type(output).__name__} of {kinds}, not a list of lists"
     odd = {type(v).__name__ for p in output for v in p if type(v) is not int}
     return f"ids of type {sorted(odd)}, not Python int" if odd else None
+
+
+# ---- logprobs-tensors-empty-cpu: LogprobsTensors.empty_cpu filled chunk by chunk, as 0.28.0's runner did
+
+def prompt_logprobs_have_the_promised_layout(spec: dict, output: Any) -> str | None:
+    """``empty_cpu(num_positions, num_tokens_per_position)`` ("Create empty LogprobsTensors on CPU") gives int32
+    ids and float32 logprobs of ``[num_positions, num_tokens_per_position]`` and int32 ranks of
+    ``[num_positions]``, on the CPU, contiguous (the runner copies row slices into them)."""
+    rows, cols = spec["num_prompt_tokens"] - 1, spec["num_prompt_logprobs"] + 1
+    want = {"logprob_token_ids": ((rows, cols), torch.int32), "logprobs": ((rows, cols), torch.float32),
+            "selected_token_ranks": ((rows,), torch.int32)}
+    host = output.get("host", {}) if isinstance(output, dict) else {}
+    for name, (shape, dtype) in want.items():
+        tensor = host.get(name)
+        if not isinstance(tensor, torch.Tensor):
+            return f"host.{name} is a {type(tensor).__name__}"
+        if tuple(tensor.shape) != shape or tensor.dtype != dtype or tensor.device.type != "cpu":
+            return f"host.{name} is {tuple(tensor.shape)} {tensor.dtype} on {tensor.device}, promised {shape} {dtype}"
+        if not tensor.is_contiguous():
+            return f"host.{name} is not contiguous"
+    return None
+
+
+def prompt_logprobs_hold_every_chunk(spec: dict, output: Any) -> str | None:
+    """Once the runner's chunks are copied in and it synchronized, ``tolists()`` holds the whole prompt's ids,
+    log-probabilities and ranks (ranks cast to int32 by the copy), row for row."""
+    lists = output.get("lists", {}) if isinstance(output, dict) else {}
+    for name, want in prompt_logprobs_values(spec).items():
+        got = lists.get(_LIST_FIELDS[name])
+        if not isinstance(got, np.ndarray):
+            return f"lists.{_LIST_FIELDS[name]} is a {type(got).__name__}"
+        expected = want.to(torch.int32) if name == "selected_token_ranks" else want
+        if not torch.equal(torch.from_numpy(got), expected):
+            return f"lists.{_LIST_FIELDS[name]} is not the prompt's {name}"
+    return None

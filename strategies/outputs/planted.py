@@ -40,7 +40,27 @@ BUGS += [
           "ids kept as numpy int32 scalars: not the list[list[int]] the user gets and msgspec serializes"),
 ]
 
+_EMPTY = "logprobs-tensors-empty-cpu"
+BUGS += [
+    Plant("planted-empty-cpu-ids-int64", _EMPTY, _OPT,
+          "            dtype=torch.int32,\n            device=\"cpu\",",
+          "            dtype=torch.int64,\n            device=\"cpu\",",
+          "the ids allocated int64: twice the host memory, and not the int32 the scheduler's arrays had"),
+    Plant("planted-empty-cpu-logprobs-half", _EMPTY, _OPT,
+          "            dtype=torch.float32,\n            pin_memory=PIN_MEMORY,",
+          "            dtype=torch.float16,\n            pin_memory=PIN_MEMORY,",
+          "the logprobs allocated float16: the copy rounds every log-probability"),
+    Plant("planted-empty-cpu-ranks-per-column", _EMPTY, _OPT,
+          "            num_positions, pin_memory=PIN_MEMORY",
+          "            (num_positions, num_tokens_per_position), pin_memory=PIN_MEMORY",
+          "one rank per column instead of per position: the copy broadcasts each rank across a row"),
+]
+
 BENIGN = [
+    Plant("benign-empty-cpu-logprobs-like-ids", _EMPTY, _OPT,
+          "        logprobs = logprob_token_ids.new_empty(\n            (num_positions, num_tokens_per_position),",
+          "        logprobs = logprob_token_ids.new_empty(\n            logprob_token_ids.shape,",
+          "the ids' shape is (num_positions, num_tokens_per_position)"),
     Plant("benign-nested-list-offsets-as-ints", _LISTS, _OPT,
           "        offsets = self.offsets.tolist()", "        offsets = [int(o) for o in self.offsets]",
           "the same Python ints, one element at a time"),

@@ -6,9 +6,8 @@ The change (0.29.0, vLLM PR #52242): the request boundaries may live on the devi
 with the logprobs (``non_blocking`` D2H into pinned memory) and ``tolists`` turns the host copy into a list,
 right only once the caller waited for the copy's event. 0.30.0-0.34.0 left these methods alone. The entry
 point is ``to_cpu_nonblocking``; the thunk waits on the copy's event and calls ``tolists`` as
-``AsyncOutput.get_output`` does (strategies/outputs/inputs.py). ``empty_cpu`` (pinned in 0.29.0) has no caller
-left in 0.34.0 (its one caller, the v1 runner's prompt logprobs, is gone): claimed here as held by the copies,
-not entered by this target's examples.
+``AsyncOutput.get_output`` does (strategies/outputs/inputs.py). ``empty_cpu`` (pinned in 0.29.0) has its own
+target, logprobs-tensors-empty-cpu (0.28.0's caller: 0.34.0 has none left).
 """
 
 from fuzz.api import Comparison, Target
@@ -60,5 +59,25 @@ TARGETS = [
             "strategies.outputs.oracles:nested_list_holds_python_ints",
         ),
         # No consumer: the output processor hands the nested list to the user as SamplingMask.
+    ),
+    Target(
+        name="logprobs-tensors-empty-cpu",
+        upstream=("vllm/v1/outputs.py::LogprobsTensors.empty_cpu",),
+        legacy="legacy.outputs:LogprobsTensors.empty_cpu",
+        optimized="optimized.outputs:LogprobsTensors.empty_cpu",
+        upstream_impl="vllm.v1.outputs:LogprobsTensors.empty_cpu",
+        inputs="strategies.outputs.inputs:PromptLogprobsInputs",
+        comparison=Comparison(floats="exact"),
+        # The caller's own torch.cuda.synchronize() (0.28.0 _get_prompt_logprobs_dict: "Must synchronize the
+        # non-blocking GPU->CPU transfers"), by design; the chunk copies into pinned memory add none.
+        expected_optimized_syncs=1,
+        versions=VERSIONS,
+        description="empty_cpu allocates its host tensors pinned, so the runner's D2H chunk copies run async "
+                    "(0.28.0 -> 0.34.0)",
+        invariants=(
+            "strategies.outputs.oracles:prompt_logprobs_have_the_promised_layout",
+            "strategies.outputs.oracles:prompt_logprobs_hold_every_chunk",
+        ),
+        # Pinnedness is not compared: pageable (0.28.0) against pinned (0.34.0) on CUDA is the change itself.
     ),
 ]

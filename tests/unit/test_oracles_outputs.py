@@ -99,3 +99,41 @@ def test_the_nested_list_invariants_broken():
     assert nested_list_holds_python_ints(SLICE_SPEC, output[0]) is not None  # flat: ids, not positions
     as_numpy = [[np.int32(v) for v in position] for position in output]
     assert "int32" in nested_list_holds_python_ints(SLICE_SPEC, as_numpy)
+
+
+# ---- logprobs-tensors-empty-cpu
+
+from strategies.outputs.inputs import PromptLogprobsInputs  # noqa: E402
+from strategies.outputs.oracles import (  # noqa: E402
+    prompt_logprobs_have_the_promised_layout,
+    prompt_logprobs_hold_every_chunk,
+)
+
+PROMPT_SPEC = {"device": "cpu", "num_prompt_tokens": 8, "num_prompt_logprobs": 3, "chunks": [2, 4, 1], "seed": 3}
+
+
+def _prompt(module):  # noqa: ANN001, ANN202
+    owner = module.LogprobsTensors
+    impl = Impl(path=f"{module.__name__}:LogprobsTensors.empty_cpu", function=owner.empty_cpu, owner=owner,
+                module=module)
+    return PromptLogprobsInputs().materialize(dict(PROMPT_SPEC), impl, "optimized")()
+
+
+def test_the_copies_keep_the_prompt_logprobs_invariants():
+    for module in (legacy_outputs, optimized_outputs):
+        output = _prompt(module)
+        assert prompt_logprobs_have_the_promised_layout(PROMPT_SPEC, output) is None
+        assert prompt_logprobs_hold_every_chunk(PROMPT_SPEC, output) is None
+
+
+def test_the_prompt_logprobs_invariants_broken():
+    output = _prompt(optimized_outputs)
+    output["host"]["selected_token_ranks"] = output["host"]["selected_token_ranks"].long()
+    assert "int64" in prompt_logprobs_have_the_promised_layout(PROMPT_SPEC, output)
+    output = _prompt(optimized_outputs)
+    output["host"]["logprobs"] = output["host"]["logprobs"].t()
+    assert prompt_logprobs_have_the_promised_layout(PROMPT_SPEC, output) is not None
+    output = _prompt(optimized_outputs)
+    output["lists"]["logprobs"] = output["lists"]["logprobs"].copy()
+    output["lists"]["logprobs"][-1] = 0.5  # the last chunk never copied in
+    assert "logprobs" in prompt_logprobs_hold_every_chunk(PROMPT_SPEC, output)
