@@ -5,7 +5,7 @@ On the CPU ``to_cpu_nonblocking`` returns ``self`` (no copy), so the bugs a CPU 
 runs on both devices (the CPU early return, ``tolists``); the race plants edit the CUDA copy path.
 """
 
-from fuzz.api import Plant
+from fuzz.api import Plant, SharedPlant
 
 _OPT = "optimized.outputs"
 _TARGET = "logprobs-tensors-to-cpu"
@@ -104,4 +104,18 @@ RACE_BENIGN = [
           + "                cu_num_generated_tokens_tensor=None,\n"
           + "            )\n",
           "the race plant's early list, read only after waiting on an event recorded behind the copy"),
+]
+
+# ---- one slip in both copies: only the invariants can see it (tests/e2e/test_oracles.py)
+
+SHARED_BUGS = [
+    SharedPlant(
+        name="shared-logprobs-ranks-from-ids",
+        base_target=_TARGET,
+        legacy=("legacy.outputs", "            self.selected_token_ranks.cpu().numpy(),",
+                "            self.logprob_token_ids[:, 0].cpu().numpy(),"),
+        optimized=(_OPT, "            self.selected_token_ranks.cpu().numpy(),",
+                   "            self.logprob_token_ids[:, 0].cpu().numpy(),"),
+        why="both releases hand out the sampled token's id as its rank: lists_hold_the_sampled_values sees it",
+    ),
 ]
