@@ -132,7 +132,7 @@ def metadata_fields(metadata: Any) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(metadata)}
     missing = [name for name in COMPARED_FIELDS if name not in names]
     if missing:
-        raise HarnessError(f"this side's GDNAttentionMetadata lacks {missing}: the input model needs a new release form")
+        raise HarnessError(f"this side's GDNAttentionMetadata lacks {missing}: the input model needs its form")
     return {name: getattr(metadata, name) for name in COMPARED_FIELDS}
 
 

@@ -5,7 +5,8 @@ Upstream meaning: "builds the metadata for full cudagraph capture. Currently, on
 supported for full cudagraphs with Mamba." A request with ``k >= 0`` draft tokens
 (``query_len - 1``) is a spec decode when speculative decoding is on and the batch has any
 draft token (0.29.0..0.31.0), or any real request at all (0.32.0 on: "A batch whose rows all drafted
-nothing still has to run the speculative path", docs/findings/drift.md F22); the others are plain decodes; zero-length requests are padding ("padded sequences
+nothing still has to run the speculative path", docs/findings/drift.md F22); the others are plain
+decodes; zero-length requests are padding ("padded sequences
 are always at the back"). Under FULL graphs the per-request metadata lives in the builder's
 persistent buffers, sliced to ``batch_size = m.num_reqs``: the real requests' state indices
 first, ``NULL_BLOCK_ID`` for padding; the query offsets, padded with the total token count;
