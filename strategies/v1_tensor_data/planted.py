@@ -1,19 +1,31 @@
-"""Planted bugs and benign refactors for the tensor-data target (optimized/v1_tensor_data.py).
-
-Scaffolded by `python -m fuzz new-target`. Each is a one-edit mutant of the optimized copy:
-Plant(name, base_target, module, old, new, why); ``old`` must occur once in the copy.
-tests/unit/test_targets.py wants at least one of each; tests/planted collects them. A bug both copies share,
-which only the oracles can see, is a ``SharedPlant`` in ``SHARED_BUGS`` (fuzz.api).
-"""
+"""Planted bugs and benign refactors for the tensor-data target (optimized/v1_tensor_data.py): one-edit mutants
+of the optimized copy, Plant(name, base_target, module, old, new, why); ``old`` occurs once in the copy."""
 
 from fuzz.api import Plant
 
 _OPT = "optimized.v1_tensor_data"
+_T = "tensor-data"
 
-# e.g. Plant("planted-tensor-data-...", "tensor-data", _OPT,
-#            "<upstream text>", "<the slip>", "<what goes wrong>")
-BUGS: list[Plant] = []
+BUGS: list[Plant] = [
+    Plant("planted-tensor-data-no-byte-cast", _T, _OPT,
+          'return memoryview(tensor.numpy()).cast("B")', "return memoryview(tensor.numpy())",
+          "the fast path returns the array's own memoryview: format 'f'/'q'/..., one item per element, "
+          "not uint8"),
+    Plant("planted-tensor-data-signed-bytes", _T, _OPT,
+          'return memoryview(tensor.numpy()).cast("B")', 'return memoryview(tensor.numpy()).cast("b")',
+          "signed bytes ('b'): a decoder reading uint8 sees negative values"),
+    Plant("planted-tensor-data-narrow-fallback", _T, _OPT,
+          "except (TypeError, RuntimeError):", "except TypeError:",
+          "a 0-d bfloat16 tensor's uint8 view raises RuntimeError, which no longer falls back to 0.33.0's path"),
+    Plant("planted-tensor-data-copies", _T, _OPT,
+          'return memoryview(tensor.numpy()).cast("B")', 'return memoryview(tensor.numpy().copy()).cast("B")',
+          "a copy: the buffer the encoder sends zero-copy later no longer reads the tensor (0.33.0's does, for a "
+          "contiguous CPU tensor)"),
+]
 
-# e.g. Plant("benign-tensor-data-...", "tensor-data", _OPT,
-#            "<upstream text>", "<an equivalent>", "<why it is equivalent>")
-BENIGN: list[Plant] = []
+BENIGN: list[Plant] = [
+    Plant("benign-tensor-data-no-contiguity-guard", _T, _OPT,
+          "if tensor.is_cpu and tensor.is_contiguous():", "if tensor.is_cpu:",
+          "a non-contiguous tensor's array is not C-contiguous, and memoryview.cast refuses it (TypeError, caught): "
+          "the old path runs as before"),
+]
