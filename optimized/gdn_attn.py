@@ -59,6 +59,21 @@ def _resolve_gdn_prefill_backend(vllm_config):  # ADAPTED: stands in for qwen_gd
     return "triton", "triton"  # ADAPTED
 
 
+class MambaPrefillCheckpointBuilder:  # ADAPTED: stands in for vllm/model_executor/layers/mamba/checkpoint.py's (0.32.0+ __init__ makes one); build() runs only for a batch with prefills, which decode-only capture never has
+    def __init__(self, vllm_config, kv_cache_spec):  # ADAPTED: upstream's also reads speculative_config.use_eagle_block_drop(), for build() only
+        self.vllm_config = vllm_config  # ADAPTED
+        self.kv_cache_spec = kv_cache_spec  # ADAPTED
+
+    def build(self, m, request_rows):  # ADAPTED
+        raise NotImplementedError("prefill checkpoints are outside this target")  # ADAPTED
+
+
+class rocm_aiter_ops:  # ADAPTED: stands in for vllm/_aiter_ops.py's (0.32.0+ build calls it), only for the aiter_flydsl prefill backend, which the _resolve_gdn_prefill_backend stand-in never picks
+    @staticmethod  # ADAPTED
+    def build_gdn_flydsl_prefill_metadata(*args, **kwargs):  # ADAPTED
+        raise NotImplementedError("AITER prefill metadata is outside this target")  # ADAPTED
+
+
 def compute_causal_conv1d_metadata(*args, **kwargs):  # ADAPTED: stands in for vllm/v1/attention/backends/utils.py's; prefill only, never reached by decode-only capture
     raise NotImplementedError("prefill metadata is outside this target")  # ADAPTED
 

@@ -4,7 +4,11 @@
 (upstream plus its ``# ADAPTED:`` edits), ``theirs`` the same definition in
 another release or checkout. Where only one of ``ours`` and ``theirs`` changed
 a region of ``base``, that change is taken; where both changed it differently,
-the merge stops with a conflict instead of guessing (diff3's rule). Lines are
+the merge stops with a conflict instead of guessing (diff3's rule), with one exception: where
+``theirs`` only added lines before or after a region it left as ``base`` has it, and ``ours``
+changed that region, the added lines go around ours' change (upstream put new statements next to a
+line the copy adapts: 0.32.0's ``self.checkpoint_builder = ...`` right above the function-local
+vllm import that optimized/gdn_attn.py comments out). Lines are
 matched modulo inner whitespace, indentation kept (an ``if`` wrapped around a
 block re-indents it); the output keeps each side's own text.
 """
@@ -63,9 +67,24 @@ def merge3(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str]) -> l
             merged.extend(chunk_ours)  # only ours changed it: the adaptation stays
         elif [_key(x) for x in chunk_ours] == [_key(x) for x in chunk_theirs]:
             merged.extend(chunk_ours)
+        elif (around := _added_around(chunk_base, chunk_theirs)) is not None:
+            merged.extend([*around[0], *chunk_ours, *around[1]])
         else:
             return Conflict((b0, b1), (o0, o1), (t0, t1))
         if b1 < len(base):
             merged.append(ours[o1])  # the anchor line itself, as the copy writes it
         b0, o0, t0 = b1 + 1, o1 + 1, t1 + 1
     return merged
+
+
+def _added_around(base: list[str], theirs: list[str]) -> tuple[list[str], list[str]] | None:
+    """(lines before, lines after) when ``theirs`` is ``base`` (keys, non-empty) with lines only added
+    before and/or after it; else None. The base lines themselves must be untouched and contiguous: an
+    edit inside them, or lines added between them, is a change of the region (a conflict)."""
+    if not base or len(theirs) <= len(base):
+        return None
+    keys = [_key(x) for x in theirs]
+    for before in range(len(theirs) - len(base) + 1):
+        if keys[before:before + len(base)] == base:
+            return list(theirs[:before]), list(theirs[before + len(base):])
+    return None

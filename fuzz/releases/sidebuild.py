@@ -383,6 +383,7 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
     new_files = [f for f in (upstream_file(new, p) for p in paths) if f is not None]
     replacements: list[tuple[int, int, list[str], str, str]] = []
     added: set[str] = set()  # methods upstream added to a class the copy holds
+    checks: dict[str, str] = {}  # qualname -> the text to find its new names in, where not its merged lines
     for span in walk_spans(tree.body):
         if span.qualname in build.failed or header_row(lines, span) in facts.adapted:
             continue  # failed before, or a stand-in: the harness's own, kept
@@ -399,9 +400,14 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
         new_file, new_span = hit
         if span.kind == "class":
             if _class_shape(base_file, base_span) != _class_shape(new_file, new_span):
-                build.failed[span.qualname] = (f"class {span.qualname}'s own lines (bases, fields, decorators) "
-                                               f"changed in {new.label}; they are not merged mechanically")
-                continue
+                head = _merged_class_head(lines, facts, span, base_file, base_span, new_file, new_span)
+                if isinstance(head, str):
+                    build.failed[span.qualname] = (f"class {span.qualname}'s own lines {head.format(new=new.label)}"
+                                                   .replace("{where}", f"{template}/{name}.py"))
+                    continue
+                first, end, merged = head
+                replacements.append((first, end, merged, new_file.path, span.qualname))
+                checks[span.qualname] = _parsable_head(merged)
             for method, text in _new_methods(base_file, base_span, new_file, new_span):
                 if method not in build.failed:  # one whose helpers could not be pulled stays out
                     replacements.append((span.end + 1, span.end, text, new_file.path, method))
@@ -444,7 +450,7 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
                      moved_modules(new, paths))
     late: dict[str, str] = {}
     for _, _, merged, path, qualname in replacements:
-        problem = puller.need("\n".join(merged), path)
+        problem = puller.need(checks.get(qualname, "\n".join(merged)), path)
         if problem:
             late[qualname] = f"{qualname} {problem}"
             if qualname in added:  # a class missing a method upstream calls: its users cannot build
@@ -461,6 +467,52 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
         build.pulled += list(puller.names)
     build.text = _point_imports("\n".join(_with_lazy_annotations(lines)) + "\n", template, package)
     return build, {}
+
+
+def _head_end(span: Span, before_child: int) -> int:
+    """The last row of a class's head: its decorators, header, docstring and the fields above its first
+    method (``before_child``: the first row that belongs to that method)."""
+    return before_child - 1 if span.children else span.end
+
+
+def _tail_statements(f: UpstreamFile | Sequence[str], span: Span) -> list[str]:
+    """A class's own statements after its first method or nested class (ast dumps)."""
+    lines = f.lines if isinstance(f, UpstreamFile) else f
+    node = ast.parse(textwrap.dedent("\n".join(lines[span.start - 1:span.end]))).body[0]
+    assert isinstance(node, ast.ClassDef)
+    defs = [i for i, s in enumerate(node.body) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    if not defs:
+        return []
+    return [ast.dump(s) for s in node.body[defs[0]:]
+            if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+
+
+def _merged_class_head(lines: list[str], facts: CopyLines, span: Span, base_file: UpstreamFile, base_span: Span,
+                       new_file: UpstreamFile, new_span: Span) -> tuple[int, int, list[str]] | str:
+    """A class whose own lines upstream changed (0.31.0's new ``GDNAttentionMetadata`` fields): its head (decorators,
+    header, docstring, the fields above the first method) merged three ways as a function's body is, its methods
+    left to their own merges. (first copy row, last copy row, merged lines), or why not (a template with
+    ``{new}`` and ``{where}``): own lines changed below the first method, or a conflict with the copy's adaptations."""
+    if _tail_statements(base_file, base_span) != _tail_statements(new_file, new_span):
+        return "between its methods changed in {new}; they are not merged mechanically"
+    first = first_row(facts, span.start)
+    end = _head_end(span, first_row(facts, span.children[0][0]) if span.children else 0)
+    base_end = _head_end(base_span, base_span.children[0][0] if base_span.children else 0)
+    new_end = _head_end(new_span, new_span.children[0][0] if new_span.children else 0)
+    merged = merge3(base_file.lines[base_span.start - 1:base_end], lines[first - 1:end],
+                    new_file.lines[new_span.start - 1:new_end])
+    if isinstance(merged, Conflict):
+        lo, hi = merged.ours_rows
+        return ("(bases, fields, decorators): {new} changed lines the copy adapts "
+                f"({{where}}:{first + lo}-{first + max(lo, hi - 1)})")
+    return first, end, merged
+
+
+def _parsable_head(head: Sequence[str]) -> str:
+    """A class head's text with a ``pass`` closing it, so that it parses when the head has no statement."""
+    text = textwrap.dedent("\n".join(head))
+    header = next((line for line in text.splitlines() if line.strip()), "")
+    return text + "\n" + " " * (len(header) - len(header.lstrip()) + 4) + "pass"
 
 
 def moved_modules(source: Source, paths: Sequence[str]) -> dict[str, str]:

@@ -110,11 +110,39 @@ def seq_lens_of(spec: dict) -> torch.Tensor:
     return torch.tensor([q if n else 0 for n in query_lens(spec)], dtype=torch.int32)
 
 
+# GDNAttentionMetadata's fields in 0.28.0..0.30.0 (the copies'), all still there in 0.34.0. Later releases add
+# fields no earlier side has a counterpart for (0.31.0: spec_sequence_masks_cpu, uniform_spec_sequence_length;
+# 0.32.0: checkpoint, aiter_prefill_metadata; 0.33.0: flashinfer_checkpoint_plan): two sides are compared on
+# these, the fields every release the target builds from defines.
+COMPARED_FIELDS = (
+    "num_prefills", "num_prefill_tokens", "num_decodes", "num_decode_tokens", "num_spec_decodes",
+    "num_spec_decode_tokens", "num_actual_tokens", "has_initial_state", "spec_query_start_loc",
+    "non_spec_query_start_loc", "spec_state_indices_tensor", "non_spec_state_indices_tensor",
+    "spec_sequence_masks", "spec_token_indx", "non_spec_token_indx", "num_accepted_tokens", "chunk_indices",
+    "chunk_offsets", "prefill_query_start_loc", "prefill_state_indices", "prefill_has_initial_state", "nums_dict",
+    "batch_ptr", "token_chunk_offset_ptr",
+)
+
+
 def metadata_fields(metadata: Any) -> dict[str, Any]:
-    """A side's GDNAttentionMetadata as a dict (the two sides' dataclasses are distinct types)."""
+    """A side's GDNAttentionMetadata as a dict of ``COMPARED_FIELDS`` (the two sides' dataclasses are distinct
+    types, and a later release's has more fields)."""
     if not dataclasses.is_dataclass(metadata):
         raise HarnessError(f"build_for_cudagraph_capture returned {type(metadata).__name__}")
-    return {f.name: getattr(metadata, f.name) for f in dataclasses.fields(metadata)}
+    names = {f.name for f in dataclasses.fields(metadata)}
+    missing = [name for name in COMPARED_FIELDS if name not in names]
+    if missing:
+        raise HarnessError(f"this side's GDNAttentionMetadata lacks {missing}: the input model needs its form")
+    return {name: getattr(metadata, name) for name in COMPARED_FIELDS}
+
+
+class CommonAttentionMetadataStandIn(SimpleNamespace):
+    """The fields of vllm/v1/attention/backend.py's ``CommonAttentionMetadata`` that build reads, and its
+    ``replace(**kwargs)`` (``dataclasses.replace``: a new object, the others' fields shared), which 0.31.0+'s
+    build calls."""
+
+    def replace(self, **kwargs: Any) -> "CommonAttentionMetadataStandIn":
+        return type(self)(**{**vars(self), **kwargs})
 
 
 class CaptureInputs:
@@ -134,19 +162,26 @@ class CaptureInputs:
             compilation_config=SimpleNamespace(
                 cudagraph_mode=SimpleNamespace(has_full_cudagraphs=lambda: full),
                 max_cudagraph_capture_size=spec["capture_size"]),
-            speculative_config=(SimpleNamespace(num_speculative_tokens=num_spec, parallel_drafting=False)
+            # enable_adaptive_verification: read by 0.34.0's __init__ (SpeculativeConfig's default, False).
+            speculative_config=(SimpleNamespace(num_speculative_tokens=num_spec, parallel_drafting=False,
+                                                enable_adaptive_verification=False)
                                 if num_spec else None),
+            # Read by 0.31.0..0.33.0's __init__ (which runner builds the metadata); 0.34.0 has only the v2 runner.
+            use_v2_model_runner=spec.get("v2_runner", True),
             scheduler_config=SimpleNamespace(max_num_seqs=spec["max_num_seqs"]),
             cache_config=SimpleNamespace(mamba_cache_mode=spec["cache_mode"]),
             parallel_config=SimpleNamespace(decode_context_parallel_size=1),
         )
-        kv_cache_spec = SimpleNamespace(block_size=spec["block_size"], num_speculative_blocks=num_spec)
+        # prefill_checkpoint_alignment: read by 0.33.0+'s __init__ (MambaSpec's default, None: no FlashInfer
+        # prefill checkpoints).
+        kv_cache_spec = SimpleNamespace(block_size=spec["block_size"], num_speculative_blocks=num_spec,
+                                        prefill_checkpoint_alignment=None)
         builder = impl.owner(kv_cache_spec, ["model.layers.0.linear_attn"], vllm_config, device)
         query_start_loc_cpu = query_start_loc_of(spec)
         query_start_loc = query_start_loc_cpu.to(device)
         if spec["mirror"] == "stale":  # the device buffer still holds a larger uniform batch's offsets
             query_start_loc = torch.arange(query_start_loc.numel(), dtype=torch.int32, device=device) * (1 + num_spec)
-        m = SimpleNamespace(
+        m = CommonAttentionMetadataStandIn(
             query_start_loc=query_start_loc,
             query_start_loc_cpu=query_start_loc_cpu,
             seq_lens=seq_lens_of(spec).to(device),
@@ -154,7 +189,11 @@ class CaptureInputs:
             num_reqs=len(query_lens(spec)),
             num_actual_tokens=spec["num_tokens"],
             max_query_len=1 + num_spec,
-            is_prefilling=None,
+            # 0.31.0+ runners pass both (the v2 runner's capture: is_prefilling all False over the padded rows,
+            # mamba_hybrid.py; the v1 runner's: optimistic_seq_lens_cpu[:num_reqs_padded], the dummy seq_lens);
+            # 0.31.0+'s build reads them on the non-spec path, earlier releases never.
+            is_prefilling=torch.zeros(len(query_lens(spec)), dtype=torch.bool),
+            seq_lens_cpu_upper_bound=seq_lens_of(spec),
         )
         capture = impl.function
 

@@ -4,7 +4,9 @@ gdn_attn.py, 0.29.0 / 0.30.0).
 Upstream meaning: "builds the metadata for full cudagraph capture. Currently, only decode is
 supported for full cudagraphs with Mamba." A request with ``k >= 0`` draft tokens
 (``query_len - 1``) is a spec decode when speculative decoding is on and the batch has any
-draft token; the others are plain decodes; zero-length requests are padding ("padded sequences
+draft token (0.29.0..0.31.0), or any real request at all (0.32.0 on: "A batch whose rows all drafted
+nothing still has to run the speculative path", docs/findings/drift.md F22); the others are plain
+decodes; zero-length requests are padding ("padded sequences
 are always at the back"). Under FULL graphs the per-request metadata lives in the builder's
 persistent buffers, sliced to ``batch_size = m.num_reqs``: the real requests' state indices
 first, ``NULL_BLOCK_ID`` for padding; the query offsets, padded with the total token count;
@@ -35,9 +37,15 @@ def _parts(output: Any) -> tuple[dict, str | None]:
     return output["metadata"], None
 
 
-def _is_spec(spec: dict) -> bool:
-    """Speculative decoding on and some request with a draft token: the spec-decode path."""
-    return spec["num_spec"] > 0 and any(n >= 2 for n in query_lens(spec))
+def _is_spec(spec: dict, md: dict) -> bool:
+    """Whether the spec-decode path is the one to take: speculative decoding on and some request with a draft
+    token. With speculative decoding on and no draft token anywhere, both releases' rules are upstream's
+    meaning (0.29.0..0.31.0: plain decodes; 0.32.0 on: spec decodes): the path the metadata names is checked."""
+    if spec["num_spec"] == 0:
+        return False
+    if any(n >= 2 for n in query_lens(spec)):
+        return True
+    return bool(md["num_spec_decodes"])
 
 
 def _defined(spec: dict) -> bool:
@@ -79,7 +87,7 @@ def capture_query_start_loc_is_the_batch(spec: dict, output: Any) -> str | None:
         return problem
     if not _defined(spec) or not spec["full"]:
         return None
-    key = "spec_query_start_loc" if _is_spec(spec) else "non_spec_query_start_loc"
+    key = "spec_query_start_loc" if _is_spec(spec, md) else "non_spec_query_start_loc"
     got, want = _cpu(md[key]), query_start_loc_of(spec)
     if not isinstance(got, torch.Tensor):
         return f"{key} is {type(got).__name__}, expected the batch's offsets"
@@ -108,7 +116,7 @@ def capture_state_indices_are_the_block_rows(spec: dict, output: Any) -> str | N
         return None
     rows, lens = _mamba_rows(spec), query_lens(spec)
     real = sum(1 for n in lens if n)
-    if _is_spec(spec):
+    if _is_spec(spec, md):
         got = _cpu(md["spec_state_indices_tensor"])
         want = torch.full((len(lens), rows.shape[1]), NULL_BLOCK_ID, dtype=torch.int32)
         want[:real] = rows[:real]
@@ -131,7 +139,7 @@ def capture_accepted_tokens_are_the_query_lens(spec: dict, output: Any) -> str |
     if not _defined(spec):
         return None
     got = _cpu(md["num_accepted_tokens"])
-    if not _is_spec(spec):
+    if not _is_spec(spec, md):
         return None if got is None else "plain-decode capture metadata carries num_accepted_tokens"
     if not spec["full"]:
         return None
