@@ -396,8 +396,13 @@ def _release(version: str) -> release_sources.Source:
         pytest.skip(f"vllm {version} is in no source pack nor in {cache} and could not be downloaded: {exc}")
 
 
-PAIRS = {side: {m: verify.module_pairs(TARGETS, side).get(m, DEFAULT_PAIR) for m in verify.copy_modules(ROOT, side)}
-         for side in common.SIDES}
+def _pairs(side: str) -> dict[str, tuple[str, str]]:
+    """Each copy module of ``side`` -> its version pair (module_pairs read once: it parses every copy)."""
+    used = verify.module_pairs(TARGETS, side)
+    return {m: used.get(m, DEFAULT_PAIR) for m in verify.copy_modules(ROOT, side)}
+
+
+PAIRS = {side: _pairs(side) for side in common.SIDES}
 
 
 @pytest.fixture(scope="module")

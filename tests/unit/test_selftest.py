@@ -153,6 +153,7 @@ def test_every_claimed_definition_of_the_copy_module_is_mutated():
     assert mutated_definitions(target) == ["UvaBufferPool.copy_to_uva", "UvaBufferPool._next_buf", "NonUvaBuffer.uva"]
 
 
+@pytest.mark.slow  # ~2 s: builds every mutant of a target (CI's slow step runs it)
 def test_the_entry_s_mutants_come_first_with_their_numbers():
     """A claimed helper's mutants follow the entry's: mutant N of the entry is what it was (names in lab/ and
     --limit keep their meaning); a claimed definition outside the copy module (0.27.1's forward) is skipped."""
@@ -189,6 +190,7 @@ def test_an_equivalent_names_its_definition():
     assert _is_equivalent(target, in_entry, [entry], ("cpu",)) == "r"
 
 
+@pytest.mark.slow  # ~2 s: builds every mutant of a target (CI's slow step runs it)
 def test_the_table_names_each_survivor_s_definition(capsys):
     from fuzz.commands.selftest_cmd import selftest
 
