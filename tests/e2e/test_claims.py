@@ -76,8 +76,10 @@ def test_every_target_agrees_and_enters_every_listed_definition(target) -> None:
 # again (13 s for keye-vision-split alone on the 2-core host). Their saved repros are checked to load
 # (test_findings.py, which replays F2 and F16), paddleocr's wide divergences to be the known ones
 # (test_paddleocr_vl.py); the others' wide agreement is not fuzzed in the default suite.
+# A copy-policy finding (F24) is a CUDA verdict Hypothesis does not shrink for long: those targets stay in, their
+# accepted failures filtered below like the caller test's.
 WIDE_KNOWN = {issue["target"] for issue in load_known_issues(ROOT / "known-issues.json")
-              if issue.get("contract") in (None, "wide")}
+              if issue.get("contract") in (None, "wide") and issue["verdict"] != "copy-policy"}
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=[t.name for t in TARGETS])
@@ -89,5 +91,5 @@ def test_every_target_agrees_under_the_wide_contract(target) -> None:  # noqa: A
     if target.name in WIDE_KNOWN:
         pytest.skip(f"{target.name} has known wide-contract findings (known-issues.json, docs/findings/)")
     entry, _ = _fuzzed(target, "wide", coverage=False)
-    assert entry.examples >= EXAMPLES and not entry.failures, [(f.device, f.verdict, f.input)
-                                                               for f in entry.failures]
+    new = _new_failures(entry, "wide")
+    assert entry.examples >= EXAMPLES and not new, new

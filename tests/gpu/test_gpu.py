@@ -44,9 +44,16 @@ def isolation(tmp_path_factory):
 
 # A race: on CUDA only --stress makes it show (test_stress_mode_catches_the_reused_staging_buffer_on_cuda).
 _CUDA_RACES = {"planted-glm4-reused-staging-buffer"}
+# Bugs planted on a path only host tensors take (H100, 2026-12-06: survived on CUDA, reported on CPU by
+# tests/e2e/test_planted.py): tensor_data's fast path (`tensor.is_cpu and tensor.is_contiguous()`), and
+# LogprobsTensors.to_cpu_nonblocking's early return of a tensor already on the CPU.
+_HOST_PATH_ONLY = {"planted-tensor-data-copies", "planted-tensor-data-narrow-fallback",
+                   "planted-tensor-data-no-byte-cast", "planted-tensor-data-signed-bytes",
+                   "planted-logprobs-cpu-return-drops-boundaries"}
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in planted.BUGS if p.name not in _CUDA_RACES))
+@pytest.mark.parametrize("name", sorted(p.name for p in planted.BUGS
+                                        if p.name not in _CUDA_RACES | _HOST_PATH_ONLY))
 def test_planted_bug_is_reported_on_cuda(name, isolation):
     """In a fuzz worker process, as `fuzz run` does: on CUDA several planted
     bugs index out of bounds, a device-side assert that leaves the CUDA context
@@ -139,7 +146,13 @@ def test_stress_mode_catches_the_reused_staging_buffer_on_cuda():
     assert outcome.verdict is Verdict.DIVERGENCE
 
 
-@pytest.mark.parametrize("name", sorted(t.name for t in TARGETS))
+# Outputs that alias the multimodal cache's item by design (0.30.0's zero-copy reduce_data; F21, and the
+# batched field's keep_on_cpu rows): the cache's items are never rewritten, so --stress's premise (the caller
+# rewrites its inputs once the call returns) does not hold for them (H100, 2026-12-06: NaN in the output).
+_ALIASES_IMMUTABLE_ITEMS = {"mm-batched-field-reduce-data", "mm-flat-field-reduce-data"}
+
+
+@pytest.mark.parametrize("name", sorted(t.name for t in TARGETS if t.name not in _ALIASES_IMMUTABLE_ITEMS))
 def test_real_copies_pass_under_stress_on_cuda(name):
     outcome = fuzz(BY_NAME[name], devices=("cuda",), max_examples=50, stress=True)
     # Stress judges values only (no sync verdicts), so any failure here is a real hazard, unless it is a
