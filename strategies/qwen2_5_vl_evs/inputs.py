@@ -168,11 +168,14 @@ class Qwen25VideoEvsInputs(_Qwen25EvsInputs):
 
 
 def video_sync_budget(spec: dict) -> int:
-    """Syncs the optimized copy makes by design outside its allow region, on CUDA: none for the callers (grids
-    and seconds on the host); a device grid costs its ``.tolist()``, device seconds one ``.item()`` per video
-    (wide contract only)."""
+    """Syncs the optimized copy makes by design on CUDA: a device grid costs its ``.tolist()``, device seconds one
+    ``.item()`` per video (wide contract only); and, inside its ``gpu_sync_allowed()`` region, the two masked
+    reads per video (``emb[retention_mask]``, ``positions[retention_mask]``: a nonzero each) once the call gets
+    that far -- it raises first without ``second_per_grid_ts`` (H100, 2026-12-06: 2 per video, 0 when it
+    raised; lab/scripts/evs_sync_counts.py)."""
     seconds_on_device = spec["seconds_on_device"] and spec["second_per_grid"] is not None
-    return int(spec["grid_on_device"]) + (len(spec["grids"]) if seconds_on_device else 0)
+    masked_reads = 2 * len(spec["grids"]) if spec["second_per_grid"] is not None else 0
+    return int(spec["grid_on_device"]) + (len(spec["grids"]) if seconds_on_device else 0) + masked_reads
 
 
 def image_sync_budget(spec: dict) -> int:
