@@ -36,7 +36,8 @@ def test_known_issues_file_names_real_targets():
     # everywhere: one oracle's (F17: a consumer sync the PR added on one attention backend), an upstream
     # change against the releases that made it (F19: "optimized": "vllm>=0.31.0"; the copies and older
     # sides are still held to the verdict), or one kind of difference (F20: values, F21: layout; a failure
-    # showing another kind only is still new).
+    # showing another kind only is still new; F24: the copy-policy oracle's finding, not the target's other
+    # verdicts).
     for issue in issues:
         if issue.get("contract") != "wide":
             narrowed = issue.get("oracle") or issue.get("optimized") or issue.get("mismatch")
