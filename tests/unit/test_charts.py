@@ -120,6 +120,7 @@ def test_the_sync_svg_names_every_cuda_target_and_is_symlog(h200):
     assert charts.draw_syncs(charts.sync_chart_data(h200), "svg").decode() == svg  # the same report, same bytes
 
 
+@pytest.mark.slow  # draws every chart in two formats (~3 s): CI's slow step runs it
 def test_every_chart_draws_png_and_svg(h200):
     pytest.importorskip("matplotlib")
     report = failing_report(h200)
