@@ -68,6 +68,9 @@ class Plant:
     # real copies differ on part of its caller contract (a known finding), the plants are judged on
     # the rest, which that input model draws (strategies/idefics2_vision_model/planted.py).
     inputs: str | None = None
+    # The devices whose examples can reach the edit: a bug on a path only host tensors take (a CPU fast path, an
+    # early return for a tensor already on the host) shows on "cpu" only, and the CUDA power test leaves it out.
+    shows_on: tuple[str, ...] = ("cpu", "cuda")
 
     def target(self) -> Target:
         base = _base(self.base_target)

@@ -24,7 +24,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fuzz.oracles.syncs  # noqa: E402
-from fuzz.oracles.syncs import _caller_site, _pageable_host, counting_syncs  # noqa: E402
+from fuzz.oracles.copywatch import caller_site  # noqa: E402
+from fuzz.oracles.syncs import _pageable_host, counting_syncs  # noqa: E402
 from fuzz.targets import lookup  # noqa: E402
 
 SLEEP_CYCLES = 100_000_000  # ~50 ms at the H200's 1.98 GHz
@@ -55,11 +56,11 @@ class OldDispatchDetector(TorchDispatchMode):
             device = kwargs.get("device")
             if kwargs.get("non_blocking") and device is not None and torch.device(device).type == "cuda" \
                     and _pageable_host(args[0]):
-                self.sites.append(_caller_site())
+                self.sites.append(caller_site(2))
         elif func is torch.ops.aten.copy_.default:
             non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
             if non_blocking and args[0].device.type == "cuda" and _pageable_host(args[1]):
-                self.sites.append(_caller_site())
+                self.sites.append(caller_site(2))
         return func(*args, **kwargs)
 
 

@@ -20,7 +20,7 @@ from fuzz.errors import FuzzError, HarnessError
 from fuzz.oracles import check_invariants, check_reference, consumer_of
 from fuzz.oracles.compare import differential, same_exactly
 from fuzz.oracles.outcome import Raised, SideResult
-from fuzz.oracles.races import run_held
+from fuzz.oracles.races import RacedRun, run_held
 from fuzz.oracles.stress import call_under_stress
 from fuzz.oracles.syncrule import function_copy_policy, function_syncs
 from fuzz.oracles.syncs import consumer_reads, counting_syncs
@@ -223,7 +223,7 @@ def _consumer_regression(legacy: SideResult, optimized: SideResult) -> list[Mism
         f"of the legacy output {legacy.consumer_syncs}"))]
 
 
-def _held_side(target: Target, side: str, spec: dict):  # noqa: ANN202 -- a RacedRun
+def _held_side(target: Target, side: str, spec: dict) -> RacedRun:
     """``side`` run held (fuzz/oracles/races.py) on fresh inputs built from a copy of ``spec``."""
     impl = target.impl(side)
     form = _input_form(impl, side)
@@ -232,7 +232,7 @@ def _held_side(target: Target, side: str, spec: dict):  # noqa: ANN202 -- a Race
         return run_held(lambda: model.materialize(copy.deepcopy(spec), impl, form))
 
 
-def _raced(target: Target, quiet: SideResult, spec: dict, side: str) -> tuple[list[Mismatch], Any]:
+def _raced(target: Target, quiet: SideResult, spec: dict, side: str) -> tuple[list[Mismatch], RacedRun]:
     """What changed in ``side``'s output when run held, against its quiet output; [] when nothing or when
     the held run could not be shown sound (inconclusive)."""
     held = _held_side(target, side, spec)

@@ -90,21 +90,18 @@ def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def caller_inputs(thunk: Callable[[], Any]) -> list[Any]:
-    """Everything of ``caller_memory`` and the lists of numbers a thunk closes over: what the next call's
-    inputs are poisoned in (its own data, so that it stages other values than the call before)."""
+    """What a caller owns once the call returned: the host inputs of the thunk's closure (as ``--stress`` finds
+    them: fuzz/oracles/stress.py, lists of numbers included) and the buffers of the objects its
+    ``caller_owned`` attribute names -- objects whose host memory the caller itself rewrites (a CpuGpuBuffer's
+    ``.cpu`` / ``.np``), set by the input model; never the function's own state (a pool's slots are its to
+    reuse, after waiting). The next call's inputs are poisoned in all of it."""
     owned = getattr(thunk, "caller_owned", ())
     return host_inputs(thunk) + [buffer for obj in owned for buffer in _buffers_of(obj, set(), 0)]
 
 
 def caller_memory(thunk: Callable[[], Any]) -> list[Any]:
-    """The host memory a caller owns once the call returned: the CPU tensors and arrays of the thunk's
-    closure (as ``--stress`` finds them: fuzz/oracles/stress.py) and those its ``caller_owned`` attribute
-    names -- objects whose host buffers the caller itself rewrites (a CpuGpuBuffer's ``.cpu`` / ``.np``), set
-    by the input model; never the function's own state (a pool's slots are its to reuse, after waiting)."""
-    found = [obj for obj in host_inputs(thunk) if byte_range(obj) is not None]
-    for owned in getattr(thunk, "caller_owned", ()):
-        found.extend(_buffers_of(owned, set(), 0))
-    return found
+    """``caller_inputs`` that are host memory a copy can read (CPU tensors and arrays, not lists)."""
+    return [obj for obj in caller_inputs(thunk) if byte_range(obj) is not None]
 
 
 def _buffers_of(value: Any, seen: set[int], depth: int) -> Iterator[Any]:
@@ -223,10 +220,6 @@ class RacedRun:
     conclusive: bool = True
     sites: list[str] = field(default_factory=list)
     poisoned: int = 0  # caller buffers rewritten while a copy from them was pending
-    # The first call's copies may have run before the next call began (the call synced, or the host was slower
-    # than the sleep): the next call could not overwrite a buffer they read. Sound, but weaker (not repeated:
-    # a side that syncs after its copies would wait out any sleep).
-    weak: bool = False
 
 
 def run_held(make_thunk: Callable[[], Callable[[], Any]], cycles: int = SLEEP_CYCLES,
@@ -256,7 +249,8 @@ def _run_held_once(make_thunk: Callable[[], Callable[[], Any]], hold: Hold) -> R
             rewritten = _rewrite_pending(caller_memory(first), pending)
             # Poison is sound only while what it targets is still queued behind the running sleep.
             run.conclusive = not recorder.lost_hold and (not rewritten or hold.holding())
-            run.weak = bool(pending) and not hold.holding()
+            # If the sleep ran out here (the call synced after its copies), the next call can no longer overwrite a
+            # buffer they read: sound, only weaker, and not repeated (such a side would wait out any sleep).
             recorder.call = 1
             try:
                 following()

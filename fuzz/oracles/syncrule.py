@@ -30,7 +30,7 @@ from typing import Any
 from fuzz.config import SYNC_BUDGET_MODES
 from fuzz.oracles.outcome import SideResult
 from fuzz.records.verdicts import Mismatch
-from fuzz.releases import COPY, PACKAGE, claimed_digests, entry_digests
+from fuzz.releases import COPY, PACKAGE, claimed_digests, entry_digests, version_key
 from fuzz.targets import FORM_ATTRIBUTE, Target, resolve_impl
 
 BUDGET, RELATIVE, RELATIVE_BUDGET = "budget", "relative", "relative+budget"
@@ -168,14 +168,7 @@ def function_syncs(target: Target, spec: dict, legacy: SideResult, optimized: Si
     return found
 
 
-POLICY_RELEASE = (0, 30, 0)  # vLLM's CI copy check (#53491) arrived in 0.30.0 (fuzz/oracles/copypolicy.py)
-
-
-def _release(version: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in version.split(".")[:3])
-    except ValueError:  # "main" or a checkout: newer than any release
-        return (10**6,)
+POLICY_RELEASE = "0.30.0"  # vLLM's CI copy check (#53491) arrived in 0.30.0 (fuzz/oracles/copypolicy.py)
 
 
 def copy_policy_budget(target: Target) -> int | None:
@@ -184,7 +177,7 @@ def copy_policy_budget(target: Target) -> int | None:
     written before the check existed: judged relative to legacy only)."""
     if target.copy_policy_budget is not None:
         return target.copy_policy_budget
-    return 0 if _release(target.versions[1]) >= POLICY_RELEASE else None
+    return 0 if version_key(target.versions[1]) >= version_key(POLICY_RELEASE) else None
 
 
 def function_copy_policy(target: Target, spec: dict, legacy: SideResult, optimized: SideResult,

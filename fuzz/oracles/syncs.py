@@ -48,9 +48,7 @@ import torch
 
 from fuzz.interface import consumer_reads, in_consumer_reads  # noqa: F401 -- consumer_reads: re-exported for the engine
 from fuzz.oracles.copypolicy import judge_call
-from fuzz.oracles.copywatch import CopyCall, CopyWatch, caller_site, non_blocking_flag
-
-_non_blocking = non_blocking_flag  # the name tests and probes know
+from fuzz.oracles.copywatch import CopyCall, CopyWatch, caller_site
 
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 # Largest pageable non_blocking H2D copy seen to return without waiting for
@@ -119,14 +117,9 @@ class _CopyPolicy:
             self.tally.policy.append(f"{reason} at {caller_site(3)}")
 
 
-def _PageableAsyncCopies(tally: SyncTally, allowed: Callable[[], bool]) -> CopyWatch:
+def copy_watch(tally: SyncTally, allowed: Callable[[], bool]) -> CopyWatch:
     """The hidden-sync counter and the copy policy armed over the copy methods (one CopyWatch)."""
     return CopyWatch([_HiddenSyncs(tally, allowed), _CopyPolicy(tally, allowed)])
-
-
-def _caller_site() -> str:
-    """The line that copied, seen from a wrapper one frame below the copy (kept for the probes in scripts/)."""
-    return caller_site(3)
 
 
 @contextmanager
@@ -162,7 +155,7 @@ def counting_syncs(enabled: bool, allow_region: ContextVar[int] | None = None) -
         previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            with _PageableAsyncCopies(tally, allowed):
+            with copy_watch(tally, allowed):
                 yield tally
         finally:
             torch.cuda.set_sync_debug_mode(previous)

@@ -24,7 +24,8 @@ BUGS = [
           '        if self.logprob_token_ids.device.type == "cpu":\n            return self',
           '        if self.logprob_token_ids.device.type == "cpu":\n'
           "            return self._replace(cu_num_generated_tokens_tensor=None)",
-          "the CPU shortcut drops the device boundaries: tolists then has none"),
+          "the CPU shortcut drops the device boundaries: tolists then has none",
+          shows_on=("cpu",)),  # the shortcut is for a tensor already on the host: CUDA examples never take it
 ]
 
 _LISTS = "sampling-mask-lists-to-nested-list"

@@ -5,22 +5,26 @@ from fuzz.api import Plant
 
 _OPT = "optimized.v1_tensor_data"
 _T = "tensor-data"
+# The fast path (`tensor.is_cpu and tensor.is_contiguous()`) only a host tensor takes: a CUDA example never reaches
+# these edits (H100, 2026-12-06: silent there).
+_HOST_PATH = ("cpu",)
 
 BUGS: list[Plant] = [
     Plant("planted-tensor-data-no-byte-cast", _T, _OPT,
           'return memoryview(tensor.numpy()).cast("B")', "return memoryview(tensor.numpy())",
           "the fast path returns the array's own memoryview: format 'f'/'q'/..., one item per element, "
-          "not uint8"),
+          "not uint8", shows_on=_HOST_PATH),
     Plant("planted-tensor-data-signed-bytes", _T, _OPT,
           'return memoryview(tensor.numpy()).cast("B")', 'return memoryview(tensor.numpy()).cast("b")',
-          "signed bytes ('b'): a decoder reading uint8 sees negative values"),
+          "signed bytes ('b'): a decoder reading uint8 sees negative values", shows_on=_HOST_PATH),
     Plant("planted-tensor-data-narrow-fallback", _T, _OPT,
           "except (TypeError, RuntimeError):", "except TypeError:",
-          "a 0-d bfloat16 tensor's uint8 view raises RuntimeError, which no longer falls back to 0.33.0's path"),
+          "a 0-d bfloat16 tensor's uint8 view raises RuntimeError, which no longer falls back to 0.33.0's path",
+          shows_on=_HOST_PATH),
     Plant("planted-tensor-data-copies", _T, _OPT,
           'return memoryview(tensor.numpy()).cast("B")', 'return memoryview(tensor.numpy().copy()).cast("B")',
           "a copy: the buffer the encoder sends zero-copy later no longer reads the tensor (0.33.0's does, for a "
-          "contiguous CPU tensor)"),
+          "contiguous CPU tensor)", shows_on=_HOST_PATH),
 ]
 
 BENIGN: list[Plant] = [

@@ -44,16 +44,11 @@ def isolation(tmp_path_factory):
 
 # A race: on CUDA only --stress makes it show (test_stress_mode_catches_the_reused_staging_buffer_on_cuda).
 _CUDA_RACES = {"planted-glm4-reused-staging-buffer"}
-# Bugs planted on a path only host tensors take (H100, 2026-12-06: survived on CUDA, reported on CPU by
-# tests/e2e/test_planted.py): tensor_data's fast path (`tensor.is_cpu and tensor.is_contiguous()`), and
-# LogprobsTensors.to_cpu_nonblocking's early return of a tensor already on the CPU.
-_HOST_PATH_ONLY = {"planted-tensor-data-copies", "planted-tensor-data-narrow-fallback",
-                   "planted-tensor-data-no-byte-cast", "planted-tensor-data-signed-bytes",
-                   "planted-logprobs-cpu-return-drops-boundaries"}
 
 
+# A bug on a path only host tensors take says so (Plant.shows_on); tests/e2e/test_planted.py reports it on CPU.
 @pytest.mark.parametrize("name", sorted(p.name for p in planted.BUGS
-                                        if p.name not in _CUDA_RACES | _HOST_PATH_ONLY))
+                                        if p.name not in _CUDA_RACES and "cuda" in p.shows_on))
 def test_planted_bug_is_reported_on_cuda(name, isolation):
     """In a fuzz worker process, as `fuzz run` does: on CUDA several planted
     bugs index out of bounds, a device-side assert that leaves the CUDA context

@@ -24,7 +24,7 @@ def test_an_empty_host_tensor_stages_nothing_so_it_is_never_a_hidden_sync():
 
 
 def test_non_blocking_flag_is_read_from_keywords_and_positions():
-    from fuzz.oracles.syncs import _non_blocking
+    from fuzz.oracles.copywatch import non_blocking_flag as _non_blocking
 
     t = torch.arange(3)
     assert _non_blocking((t, "cuda"), {"non_blocking": True})
@@ -35,10 +35,10 @@ def test_non_blocking_flag_is_read_from_keywords_and_positions():
 
 
 def test_host_to_host_copies_are_not_counted_and_results_are_untouched():
-    from fuzz.oracles.syncs import SyncTally, _PageableAsyncCopies
+    from fuzz.oracles.syncs import SyncTally, copy_watch
 
     tally = SyncTally()
-    with _PageableAsyncCopies(tally, lambda: False):
+    with copy_watch(tally, lambda: False):
         out = torch.arange(3).to(torch.float32, non_blocking=True)  # host to host: no sync
         torch.empty(3).copy_(torch.ones(3), non_blocking=True)
     assert out.tolist() == [0.0, 1.0, 2.0]
@@ -46,11 +46,11 @@ def test_host_to_host_copies_are_not_counted_and_results_are_untouched():
 
 
 def test_the_copy_methods_are_restored_on_exit_even_when_the_call_raises():
-    from fuzz.oracles.syncs import SyncTally, _PageableAsyncCopies
+    from fuzz.oracles.syncs import SyncTally, copy_watch
 
     before = {name: torch.Tensor.__dict__.get(name) for name in ("to", "cuda", "copy_")}
     try:
-        with _PageableAsyncCopies(SyncTally(), lambda: False):
+        with copy_watch(SyncTally(), lambda: False):
             assert torch.Tensor.to is not before["to"]  # armed: wrapped
             torch.arange(3).to(torch.float32, non_blocking=True)
             raise RuntimeError("the call under test failed")
