@@ -50,7 +50,8 @@ import torch
 
 from fuzz.interface import holding_steps
 from fuzz.oracles.copywatch import CopyCall, CopyWatch, caller_site
-from fuzz.oracles.stress import SLEEP_CYCLES, host_inputs, poison
+from fuzz.oracles.hold import SLEEP_CYCLES, Hold
+from fuzz.oracles.stress import host_inputs, poison
 
 try:  # numpy 2 moved it
     from numpy.lib.array_utils import byte_bounds as _byte_bounds
@@ -122,47 +123,7 @@ def _buffers_of(value: Any, seen: set[int], depth: int) -> Iterator[Any]:
             yield from _buffers_of(item, seen, depth + 1)
 
 
-# --------------------------------------------------------------------------- holding the copy engine back
-
-class Hold:
-    """The held stream: a sleep kernel queued before the copies, and whether the latest sleep still runs."""
-
-    gpu = "cuda"  # the device type whose copies are held
-
-    def __init__(self, cycles: int) -> None:
-        self.cycles = cycles
-        self.stream = torch.cuda.Stream()
-        self._sleeping: torch.cuda.Event | None = None
-
-    def sleep(self) -> None:
-        """Queue a sleep on the held stream (the current stream inside ``with torch.cuda.stream``)."""
-        torch.cuda._sleep(self.cycles)
-        self._sleeping = torch.cuda.Event()
-        self._sleeping.record(self.stream)
-
-    def holding(self) -> bool:
-        """Whether what is queued behind the latest sleep has certainly not started."""
-        return self._sleeping is not None and not self._sleeping.query()
-
-    def on_held_stream(self) -> bool:
-        return torch.cuda.current_stream() == self.stream
-
-    def entered(self) -> Any:
-        """The context in which the held run's calls run: the held stream made current, after what building
-        their inputs queued on the current stream."""
-        self.stream.wait_stream(torch.cuda.current_stream())
-        return torch.cuda.stream(self.stream)
-
-    def finish(self) -> None:
-        """Wait for everything the held run queued."""
-        self.stream.synchronize()
-
-    def rearm(self) -> None:
-        """A sync inside the call (or the engine's wait between two steps of a sequence) waited the sleep out:
-        hold the copies and kernels enqueued from now on."""
-        if self.on_held_stream() and not self.holding():
-            self.sleep()
-
+# --------------------------------------------------------------------------- the copies of a held run
 
 @dataclass
 class HeldCopy:

@@ -13,6 +13,12 @@ Host inputs are found by walking the call's closure (what ``materialize``
 built for the call): CPU tensors, numpy arrays and lists of numbers, nested in
 lists, tuples and dicts. On CPU there are no asynchronous copies; poisoning
 after return still catches outputs that alias a caller's buffer.
+
+The premise is that the caller rewrites its inputs once the call returned. Where
+the callers never do (the multimodal cache's items, which vLLM's zero-copy
+``reduce_data`` outputs alias by design), the input model says so by setting
+``caller_never_rewrites = True`` on the thunk, and nothing is poisoned: poisoning
+memory no caller writes would report a race no caller can have.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-SLEEP_CYCLES = 20_000_000  # ~10 ms on an H200: far longer than any staging copy here
+from fuzz.oracles.hold import SLEEP_CYCLES, Hold
+
 _INT_POISON = -7777
 _MAX_DEPTH = 4
 
@@ -36,7 +43,10 @@ def _int_poison(lowest: int, highest: int) -> int:
 
 
 def host_inputs(thunk: Callable[[], Any]) -> list[Any]:
-    """Caller-owned host objects a thunk closes over (see module docstring)."""
+    """Caller-owned host objects a thunk closes over (see module docstring); none where the input model
+    declared that the callers never rewrite them (``caller_never_rewrites``)."""
+    if getattr(thunk, "caller_never_rewrites", False):
+        return []
     found: list[Any] = []
     seen: set[int] = set()
     for cell in getattr(thunk, "__closure__", None) or ():
@@ -103,11 +113,10 @@ def call_under_stress(thunk: Callable[[], Any], on_cuda: bool) -> Any:
         value = thunk()
         poison(targets)
         return value
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())  # inputs were built on the default stream
-    with torch.cuda.stream(stream):
-        torch.cuda._sleep(SLEEP_CYCLES)
+    hold = Hold(SLEEP_CYCLES)
+    with hold.entered():  # after what building the inputs queued on the current stream
+        hold.sleep()
         value = thunk()
     poison(targets)  # the copies the call enqueued are still waiting behind the sleep
-    stream.synchronize()
+    hold.finish()
     return value

@@ -278,11 +278,14 @@ class _ReduceDataInputs:
                 "out": out,
                 "pinned": _map(lambda t: bool(t.is_cpu and t.is_pinned()), out),
                 "aliases_item": _map(lambda t: bool(t.numel()) and t.untyped_storage().data_ptr() in storages, out),
-                # The items as the call left them, copied as it returns: the caller (the processor cache) may
-                # rewrite them afterwards (--stress does); an output aliasing them still shows (``out``).
+                # The items as the call left them, copied as it returns (``reduce_data`` only reads them).
                 "items": _map(lambda t: t.clone(), sources),
             }
 
+        # The items are the processor cache's: no caller rewrites them after the call (vllm/multimodal/cache.py
+        # hands the same item to every request that hits it), and 0.30.0's zero-copy outputs alias them by
+        # design (F21). --stress and --race poison only memory a caller rewrites: none here.
+        call.caller_never_rewrites = True  # type: ignore[attr-defined]
         return call
 
     def _empty_field(self, module: Any, keep_on_cpu: bool) -> Any:

@@ -13,7 +13,8 @@ from fuzz.oracles.outcome import SideResult
 from fuzz.oracles.races import byte_range, caller_inputs, caller_memory, overlaps
 from fuzz.oracles.syncrule import copy_policy_budget, function_copy_policy
 from fuzz.records.verdicts import Mismatch, Verdict, decide_example
-from fuzz.targets import Target
+from fuzz.targets import Target, lookup
+from tests.support import fuzz
 
 
 def test_byte_range_spans_exactly_the_bytes_a_view_reads():
@@ -249,3 +250,22 @@ def _line_of(text: str) -> int:
 
     return next(n for n, line in enumerate(Path(__file__).read_text().splitlines(), 1) if text in line
                 and "return" in line)
+
+
+def test_inputs_no_caller_rewrites_are_never_poisoned():
+    """An input model that declares ``caller_never_rewrites`` (the multimodal cache's items) hands neither
+    --stress nor the race oracle anything to poison: poisoning memory no caller writes reports a race no caller
+    can have (before the declaration, `fuzz run --stress` flagged mm-flat-field-reduce-data on CPU)."""
+    item = torch.arange(4.0)
+
+    def call() -> torch.Tensor:
+        return item[:2]  # aliases the item, as 0.30.0's zero-copy reduce_data does
+
+    assert caller_inputs(call) == [item]
+    call.caller_never_rewrites = True  # type: ignore[attr-defined]
+    assert caller_inputs(call) == [] and caller_memory(call) == []
+
+
+def test_stress_leaves_the_multimodal_cache_items_alone_on_cpu():
+    for name in ("mm-batched-field-reduce-data", "mm-flat-field-reduce-data"):
+        assert not fuzz(lookup([name])[0], devices=("cpu",), max_examples=60, stress=True).failures, name
