@@ -278,7 +278,8 @@ def forward_pixels(spec: dict) -> torch.Tensor:
 def forward_weights(spec: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The seeded patch conv weight ``[D, 3, p, p]``, its bias ``[D]`` and the position table ``[n * n, D]``,
     in the spec's weight dtype on the CPU: the same on both sides and in the oracles."""
-    d, p, n, dtype, seed = spec["hidden"], spec["patch"], spec["image_size"] // spec["patch"], spec["weight_dtype"], spec["seed"]
+    d, p, dtype, seed = spec["hidden"], spec["patch"], spec["weight_dtype"], spec["seed"]
+    n = spec["image_size"] // p
     return (seeded_floats((d, FORWARD_CHANNELS, p, p), dtype, seed, "cpu"),
             seeded_floats((d,), dtype, seed + 1, "cpu"),
             seeded_floats((n * n, d), dtype, seed + 2, "cpu"))
