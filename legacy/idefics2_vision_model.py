@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Copied from vllm 0.29.0: vllm/model_executor/models/idefics2_vision_model.py ::
-Idefics2VisionEmbeddings.get_position_ids and Idefics2VisionEmbeddings.__init__ (definitions verbatim; the
-class's own lines verbatim).
+Idefics2VisionEmbeddings.get_position_ids, Idefics2VisionEmbeddings.forward and
+Idefics2VisionEmbeddings.__init__ (definitions verbatim; the class's own lines verbatim).
 
 Between 0.29.0 and 0.30.0 ``get_position_ids`` changed: 0.29.0 copies the patch mask (and ``tgt_sizes``)
 to the host inside ``gpu_sync_allowed()``, then loops over the images -- per image
@@ -13,7 +13,16 @@ computes every image at once on the mask's device (``h_idx = i // stride_w``, ``
 bucketize, ``torch.where(mask, ...)``), copying a host ``tgt_sizes`` up with ``async_tensor_h2d``: no sync.
 
 ``Idefics2VisionEmbeddings.__init__`` is verbatim; ``Conv2dLayer`` is torch's ``nn.Conv2d`` (vllm's layer
-builds the same conv; ``get_position_ids`` never touches it) and the config a ``SimpleNamespace``.
+(vllm/model_executor/layers/conv.py, the same text in 0.29.0 and 0.30.0) holds the same weight and bias and
+computes the same patch projection: ``F.conv2d`` on CUDA, an unfold + ``F.linear`` on the CPU since kernel ==
+stride; no sync either way, and both copies stand in the same way, so the idefics2-embeddings-forward target
+compares the releases' own code around it) and the config a ``SimpleNamespace``.
+
+``forward`` (the idefics2-embeddings-forward target) is the same text in 0.29.0 and 0.30.0: patch
+embeddings from ``patch_embedding``, plus ``position_embedding`` of the ids ``get_position_ids`` makes (or
+the ids the caller passes); its change between releases is ``get_position_ids``'. In 0.28.0 the forward held
+the per-image loop itself (0.29.0 split it out and pinned the host buffer); ``fuzz run --legacy vllm==0.28.0``
+rebuilds that forward into this module (docs/sides.md).
 
 ``gpu_sync_allowed`` is a no-op context here: the allow region only classifies syncs, and the fuzzer's one
 allow-region ContextVar lives in optimized/gpu_sync_debug.py, which a legacy copy may not import; the
@@ -29,7 +38,7 @@ from torch import nn
 # from transformers.models.idefics2.configuration_idefics2 import Idefics2VisionConfig  # ADAPTED: map to a local helper
 Idefics2VisionConfig = SimpleNamespace  # ADAPTED: transformers' config; only hidden_size, image_size, patch_size, num_channels are read
 # from vllm.model_executor.layers.conv import Conv2dLayer  # ADAPTED: map to a local helper
-Conv2dLayer = nn.Conv2d  # ADAPTED: vllm's Conv2dLayer builds the same conv; get_position_ids never reads it
+Conv2dLayer = nn.Conv2d  # ADAPTED: vllm's Conv2dLayer holds the same weight/bias and computes the same projection (module docstring)
 # from vllm.utils.gpu_sync_debug import gpu_sync_allowed  # ADAPTED: map to a local helper
 gpu_sync_allowed = contextlib.nullcontext  # ADAPTED: the allow region only classifies syncs (module docstring)
 # from vllm.utils.torch_utils import PIN_MEMORY  # ADAPTED: map to a local helper
@@ -107,3 +116,18 @@ class Idefics2VisionEmbeddings(nn.Module):
             position_ids[batch_idx][p_attn_mask.view(-1)] = pos_ids
 
         return position_ids.to(self.position_embedding.weight.device, non_blocking=True)
+
+    def forward(
+        self,
+        pixel_values: torch.FloatTensor,
+        patch_attention_mask: torch.BoolTensor,
+        tgt_sizes: torch.IntTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        target_dtype = self.patch_embedding.weight.dtype
+        patch_embeds = self.patch_embedding(pixel_values.to(target_dtype))
+        embeddings = patch_embeds.flatten(2).transpose(1, 2)
+        if position_ids is None:
+            position_ids = self.get_position_ids(patch_attention_mask, tgt_sizes)
+        embeddings += self.position_embedding(position_ids)
+        return embeddings

@@ -38,6 +38,7 @@ and columns past the largest image), ``tgt_dtype``, ``tgt_on``, ``mask_on``.
 
 from __future__ import annotations
 
+import inspect
 import math
 from functools import lru_cache
 from types import SimpleNamespace
@@ -47,7 +48,7 @@ import torch
 from hypothesis import strategies as st
 
 from fuzz.api import HarnessError, Impl
-from strategies.common import INT_DTYPES, choice_of, devices, int_dtypes
+from strategies.common import FLOAT_DTYPES, INT_DTYPES, choice_of, devices, float_dtypes, int_dtypes, seeded_floats
 
 SHIPPED_SIDES = (70, 32, 27, 26)
 KINDS = choice_of(["grid", "flat", "flat_v25"])
@@ -192,3 +193,189 @@ def _untie(spec: dict) -> dict:
             hu, wu = _untied(h, n), _untied(w, n)  # its one coordinate is r / (h * w)
         images.append([hu, wu])
     return {**spec, "images": images}
+
+
+# --- idefics2-embeddings-forward: Idefics2VisionEmbeddings.forward ---------------------------------------
+
+FORWARD_PATCHES = choice_of([1, 2, 3])  # a tiny patch_size (14 / 16 upstream): only n and the grid matter
+FORWARD_CHANNELS = 3  # every caller hands the tower RGB pixels (idefics3, minicpmv, phi4mm, aria)
+FORWARD_HIDDEN = st.integers(1, 8)
+FLAT_LAYOUTS = choice_of(["row", "bucket"])
+GRID_FORMS = choice_of(["tile", "padded"])
+# One example in four hands the forward the ids itself (idefics3's encoder CUDA graph replay).
+GIVEN_IDS = choice_of([False, False, False, True])
+
+
+@st.composite
+def _forward_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+    wide = contract == "wide"
+    base = _untie(draw(_position_ids_specs(available, contract)))
+    n, kind, images = base["n"], base["kind"], base["images"]
+    patch = draw(FORWARD_PATCHES)
+    extra = draw(st.integers(0, patch - 1))  # image_size % patch_size: 384 = 27 * 14 + 6 (SmolVLM-Instruct)
+    spec = {**base, "patch": patch, "image_size": n * patch + extra, "hidden": draw(FORWARD_HIDDEN),
+            "seed": draw(st.integers(0, 2**31 - 1)), "weight_dtype": draw(float_dtypes())}
+    spec["pixel_dtype"] = draw(float_dtypes(("float32", spec["weight_dtype"]))) if wide else spec["weight_dtype"]
+    spec["noise_padding"] = draw(st.booleans()) if wide else False
+    spec["ids_given"] = draw(GIVEN_IDS) if wide or kind == "grid" else False
+    if kind == "grid":
+        fits_tile = all(h <= n and w <= n for h, w in images)
+        if fits_tile and draw(GRID_FORMS) == "tile":  # idefics3 / phi4mm: a whole image_size tile
+            spec.update(grid_hw=[n, n], extra=[extra, extra], pad=[n - max(h for h, _ in images),
+                                                                   n - max(w for _, w in images)])
+        else:
+            rows, columns = max(h for h, _ in images) + base["pad"][0], max(w for _, w in images) + base["pad"][1]
+            spec.update(grid_hw=[rows, columns], extra=[draw(st.integers(0, patch - 1)) for _ in range(2)])
+        return spec
+    longest = max(h * w for h, w in images)
+    spec["extra"] = [0, 0]
+    if draw(FLAT_LAYOUTS) == "row" or longest == 0:  # minicpmv get_vision_hidden_states: (B, 3, p, L * p)
+        spec["grid_hw"] = [1, max(longest, 1)]  # wide: a batch of empty images still has one (masked) patch
+        return spec
+    # minicpmv's encoder CUDA graph: a (B, 3, th * p, tw * p) bucket of th x tw >= longest patches, the mask
+    # [B, 1, th * tw], tgt_sizes moved up front with async_tensor_h2d(..., dtype=torch.long)
+    side = max(n, max(max(h, w) for h, w in images))
+    tw = draw(st.integers(-(-longest // side), side))
+    th = min(-(-longest // tw) + draw(st.integers(0, 1)), side)
+    spec["grid_hw"] = [th, tw]
+    if kind == "flat":
+        spec.update(tgt_on=draw(PLACES) if wide else "device", tgt_dtype=draw(int_dtypes()) if wide else "int64")
+    return spec
+
+
+def forward_mask_of(spec: dict) -> torch.Tensor:
+    """The forward's patch mask (CPU): "grid" ``[B, Hp, Wp]`` (the conv's grid) with each image's top-left
+    ``h x w`` rectangle set (idefics3 ``get_patch_attention_mask``); "flat"/"flat_v25" ``[B, 1, Hp * Wp]``
+    with each image's first ``h * w`` entries set (minicpmv ``patch_attn_mask[i, :num_patches_item]``)."""
+    images, (rows, columns) = spec["images"], spec["grid_hw"]
+    if spec["kind"] == "grid":
+        mask = torch.zeros(len(images), rows, columns, dtype=torch.bool)
+        for b, (h, w) in enumerate(images):
+            mask[b, :h, :w] = True
+        return mask
+    mask = torch.zeros(len(images), rows * columns, dtype=torch.bool)
+    for b, (h, w) in enumerate(images):
+        mask[b, : h * w] = True
+    return mask.unsqueeze(1)
+
+
+def forward_pixels(spec: dict) -> torch.Tensor:
+    """``pixel_values`` ``[B, 3, Hp * p + eh, Wp * p + ew]`` (float32, CPU, before the spec's dtype): seeded
+    noise in every patch of an image, zero past it (the processors pad with zeros: idefics3's padded tiles,
+    minicpmv's ``torch.zeros((B, 3, P, L))``), or noise everywhere (``noise_padding``, wide)."""
+    (rows, columns), p, (eh, ew) = spec["grid_hw"], spec["patch"], spec["extra"]
+    shape = (len(spec["images"]), FORWARD_CHANNELS, rows * p + eh, columns * p + ew)
+    noise = seeded_floats(shape, "float32", spec["seed"] + 3, "cpu")
+    if spec["noise_padding"]:
+        return noise
+    valid = forward_mask_of(spec).reshape(len(spec["images"]), 1, rows, columns).float()
+    valid = valid.repeat_interleave(p, dim=2).repeat_interleave(p, dim=3)
+    covered = torch.zeros(shape[0], 1, shape[2], shape[3])
+    covered[:, :, : rows * p, : columns * p] = valid
+    return noise * covered
+
+
+def forward_weights(spec: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The seeded patch conv weight ``[D, 3, p, p]``, its bias ``[D]`` and the position table ``[n * n, D]``,
+    in the spec's weight dtype on the CPU: the same on both sides and in the oracles."""
+    d, p, dtype, seed = spec["hidden"], spec["patch"], spec["weight_dtype"], spec["seed"]
+    n = spec["image_size"] // p
+    return (seeded_floats((d, FORWARD_CHANNELS, p, p), dtype, seed, "cpu"),
+            seeded_floats((d,), dtype, seed + 1, "cpu"),
+            seeded_floats((n * n, d), dtype, seed + 2, "cpu"))
+
+
+def _forward_module(side_module: Any, spec: dict) -> torch.nn.Module:
+    """The side's own ``Idefics2VisionEmbeddings`` with a tiny config and the seeded weights."""
+    config = SimpleNamespace(hidden_size=spec["hidden"], image_size=spec["image_size"], patch_size=spec["patch"],
+                             num_channels=FORWARD_CHANNELS)
+    module = side_module.Idefics2VisionEmbeddings(config)
+    weight, bias, table = forward_weights(spec)
+    with torch.no_grad():
+        module.patch_embedding.weight.copy_(weight)
+        module.patch_embedding.bias.copy_(bias)
+        module.position_embedding.weight.copy_(table)
+    return module.to(FLOAT_DTYPES[spec["weight_dtype"]]).to(spec["device"])
+
+
+def takes_position_ids(function: Callable[..., Any]) -> bool:
+    """0.29.0 added ``position_ids`` (idefics3's encoder CUDA graph hands it the replay buffer's ids);
+    0.28.0's forward has no such parameter and always computes the ids itself."""
+    return "position_ids" in inspect.signature(function).parameters
+
+
+class Idefics2EmbeddingsForwardInputs:
+    """``Idefics2VisionEmbeddings.forward(pixel_values, patch_attention_mask, tgt_sizes[, position_ids])``
+    on the side's own module (tiny config, seeded weights, the same on both sides); the thunk returns the
+    embeddings ``[B, Hp * Wp, D]``.
+
+    Callers (vllm 0.30.0 .. 0.34.0), all through ``Idefics2VisionTransformer.forward``
+    (idefics2_vision_model.py), which calls ``self.embeddings(pixel_values=..., patch_attention_mask=...,
+    tgt_sizes=..., position_ids=...)`` with keywords:
+
+    * idefics3.py (Idefics3, SmolVLM) ``image_pixels_to_features``: ``pixel_values`` ``[B, 3, image_size,
+      image_size]`` tiles cast to the weights' dtype, ``patch_attention_mask = get_patch_attention_mask(
+      pixel_attention_mask)`` (``[B, n, n]``, each image a top-left rectangle: the processor pads at the
+      bottom/right), ``tgt_sizes=None``; ``image_size`` need not be a multiple of the patch (384 / 14: the
+      conv and the mask's ``unfold`` both drop the last 6 pixels). Its encoder CUDA graph
+      (``encoder_cudagraph_forward``) passes ``position_ids=self.model.get_position_ids(pixel_attention_mask)``
+      (the replay buffer, built by the same ``embeddings.get_position_ids``): "ids_given";
+    * phi4mm.py ``get_img_features``: ``img_processor(img_embeds, patch_attention_mask=attention_mask)``,
+      448 px crops with their ``image_attention_mask`` (``[crops, 32, 32]``); aria's
+      ``_create_patch_attention_mask``: the same grid form ("grid", "tile" or "padded");
+    * minicpmv.py ``get_vision_hidden_states``: ``all_pixel_values`` ``torch.zeros((B, 3, P, L))`` (P the
+      patch size, each slice's patches in a row, zeros past it), ``patch_attn_mask[i, :num_patches_item] =
+      True`` passed as ``.unsqueeze(1)`` (``[B, 1, L]``), ``tgt_sizes`` ``[B, 2]`` kept on the CPU (2.6 / 4.x;
+      2.5 passes ``tgt_sizes=None``): "flat"/"flat_v25", layout "row"; its encoder CUDA graph
+      (``encoder_cudagraph_forward``): a ``(B, 3, th * p, tw * p)`` pixel bucket with the flat mask
+      ``arange(th * tw) < tgt_sizes.prod(-1)`` and ``tgt_sizes`` already on the device as ``torch.long``
+      (``async_tensor_h2d``): layout "bucket".
+
+    Every image size is untied (``_untie``): the two releases differ where a patch coordinate sits exactly
+    on a bucket boundary (docs/findings/README.md, F20, fuzzed and accepted by idefics2-position-ids), which
+    would hide every other change of the forward; sizes coprime with ``n`` (or powers of two) keep every mask
+    form, kind and grid. The wide contract adds what 0.28.0/0.29.0 also took (those of
+    ``Idefics2PositionIdsInputs``: other ``n``, images past ``n`` or empty, host/device ``tgt_sizes`` and mask)
+    plus float32 pixels for half weights (the forward casts them) and noise in the padding. The ids-given
+    form is passed only to a side whose forward takes ``position_ids`` (0.28.0's computes them itself).
+    """
+
+    # 0.28.0's forward has no ``position_ids``: fits() judges the signature instead of the engine's check
+    fits_checks_signature = True
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _forward_specs(available, contract)
+
+    def fits(self, impl: Impl) -> str | None:
+        """None where the side's forward takes the three arguments every caller passes and needs no other."""
+        parameters = inspect.signature(impl.function).parameters
+        missing = [p for p in ("pixel_values", "patch_attention_mask", "tgt_sizes") if p not in parameters]
+        known = {"self", "pixel_values", "patch_attention_mask", "tgt_sizes", "position_ids"}
+        required = [name for name, p in parameters.items() if name not in known
+                    and p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if missing or required:
+            return f"forward lacks {missing} or requires {required}"
+        return None
+
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        if impl.owner is None:
+            raise HarnessError(f"{impl.path} must be Idefics2VisionEmbeddings.forward")
+        module = _forward_module(impl.module, spec)
+        device = spec["device"]
+        pixels = forward_pixels(spec).to(FLOAT_DTYPES[spec["pixel_dtype"]]).to(device)
+        mask = forward_mask_of(spec).to(device if spec["mask_on"] == "device" else "cpu")
+        tgt_sizes = tgt_sizes_of(spec)
+        if tgt_sizes is not None and spec["tgt_on"] == "device":
+            tgt_sizes = tgt_sizes.to(device)
+        forward = impl.function
+        given = spec["ids_given"] and takes_position_ids(forward) and hasattr(module, "get_position_ids")
+
+        def call() -> torch.Tensor:
+            with torch.inference_mode():
+                if given:  # idefics3's replay buffer: the module's own ids, then the forward
+                    ids = module.get_position_ids(mask, tgt_sizes)
+                    return forward(module, pixel_values=pixels, patch_attention_mask=mask, tgt_sizes=tgt_sizes,
+                                   position_ids=ids)
+                return forward(module, pixel_values=pixels, patch_attention_mask=mask, tgt_sizes=tgt_sizes)
+
+        return call
