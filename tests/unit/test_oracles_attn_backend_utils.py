@@ -134,13 +134,12 @@ def test_kv_offsets_catch_wrong_counts_and_a_passed_through_batch():
     assert "decode-only" in oracles.kv_offsets_count_the_logits(_DECODE, decode)
 
 
-def test_kv_host_offsets_catch_an_early_read():
+def test_kv_host_offsets_catch_a_stale_or_widened_mirror():
     output = _kv()
-    output["query_start_loc_cpu_read"] = torch.zeros_like(output["query_start_loc_cpu_read"])  # a pending copy
-    assert "right after the call" in oracles.kv_host_offsets_mirror_the_device(_KV, output)
+    output["metadata"]["query_start_loc_cpu"] = torch.zeros_like(output["metadata"]["query_start_loc_cpu"])
+    assert "device" in oracles.kv_host_offsets_mirror_the_device(_KV, output)
     output = _kv()
     output["metadata"]["query_start_loc_cpu"] = output["metadata"]["query_start_loc_cpu"].long()
-    output["query_start_loc_cpu_read"] = output["query_start_loc_cpu_read"].long()
     assert "int32" in oracles.kv_host_offsets_mirror_the_device(_KV, output)
 
 
