@@ -23,7 +23,7 @@
 # limitations under the License.
 """Copied from vllm 0.27.1: vllm/model_executor/models/ernie45_vl.py ::
 Ernie4_5_VisionPatchEmbed and Ernie4_5_VisionRotaryEmbedding (whole classes,
-verbatim); Ernie4_5_VisionTransformer.device, .rot_pos_emb,
+verbatim); Ernie4_5_VisionTransformer.dtype, .device, .rot_pos_emb,
 .compute_attn_mask_seqlen and .prepare_encoder_metadata; and
 VariableResolutionResamplerModel (__init__, spatial_conv_reshape and forward
 with its fwd_placeholder, verbatim; load_weights left out).
@@ -128,6 +128,10 @@ class Ernie4_5_VisionTransformer(nn.Module):  # ADAPTED: stand-in holding only w
         self.patch_embed = Ernie4_5_VisionPatchEmbed(patch_size=1, in_channels=1, embed_dim=1)  # ADAPTED: only proj.weight.device is read
         self.rotary_pos_emb = Ernie4_5_VisionRotaryEmbedding(head_dim // 2)
         self.attn_backend = attn_backend  # ADAPTED: upstream get_vit_attn_backend(head_size=head_dim, ...)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.patch_embed.proj.weight.dtype
 
     @property
     def device(self) -> torch.device:
