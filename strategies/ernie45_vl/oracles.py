@@ -589,8 +589,11 @@ def output_one_piece_per_item(spec: dict, output: Any) -> str | None:
 
 
 def output_pieces_are_own_copies(spec: dict, output: Any) -> str | None:
-    """Each item's embedding owns its memory: the manager asks for ``clone=True`` because the graph's
-    output buffer is overwritten by the next replay, and the encoder cache keeps the pieces."""
+    """Each item's embedding owns its memory, as the manager's ``clone=True`` asks
+    (``EncoderCudaGraphManager._execute_local``): the encoder cache keeps and frees the pieces one by
+    one, and for models that scatter the graph's output buffer itself the next replay overwrites it.
+    (Ernie scatters the resampler's fresh output, so a dropped clone would cost memory, not values: the
+    differential check cannot see it, this invariant does; tests/unit/test_oracles_ernie.py.)"""
     if not isinstance(output, list):
         return f"expected a list, got {type(output).__name__}"
     seen: dict[int, int] = {}

@@ -49,6 +49,22 @@ BUGS = [
           "each item's offset includes its own tokens (inclusive cumsum): only visible with 2+ items"),
 ]
 
+# ernie-encoder-output: judged on the graph path (0.28.0's eager fallback fails on every batch, a known
+# finding: known-issues.json), as EncoderCudaGraphManager replays it.
+_GRAPH_OUTPUT = "strategies.ernie45_vl.inputs:ErnieEncoderGraphOutputInputs"
+BUGS += [
+    Plant("planted-ernie-output-valid-off-by-one", "ernie-encoder-output", _MOD,
+          "num_valid = int((grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]).sum())",
+          "num_valid = int((grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]).sum()) - 1",
+          "host-derived valid-token count one short: the resampler gets the graph output minus its last row",
+          inputs=_GRAPH_OUTPUT),
+    Plant("planted-ernie-output-sorted-indices", "ernie-encoder-output", _MOD,
+          "scatter_output_slices(image_embeds, indices, per_item_out_tokens, dest, clone)",
+          "scatter_output_slices(image_embeds, sorted(indices), per_item_out_tokens, dest, clone)",
+          "pieces scattered in item order instead of batch order: wrong images once the manager reorders the batch",
+          inputs=_GRAPH_OUTPUT),
+]
+
 BENIGN = [
     Plant("benign-ernie-rot-gather-flat", "ernie-rot-pos-emb", _MOD,
           "rotary_pos_emb = rotary_pos_emb_full[pos_ids].flatten(1)",
@@ -64,6 +80,15 @@ BENIGN = [
           "np.concatenate(slice_offsets, axis=-1), device=x.device",
           "np.concatenate(slice_offsets, axis=-1), device=x.device, dtype=torch.int32",
           "index_select takes int32 indices as well"),
+    Plant("benign-ernie-output-prod", "ernie-encoder-output", _MOD,
+          "num_valid = int((grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]).sum())",
+          "num_valid = int(grid_thw.prod(-1).sum())",
+          "the valid-token count as a product along the row", inputs=_GRAPH_OUTPUT),
+    Plant("benign-ernie-output-whole-buffer", "ernie-encoder-output", _MOD,
+          "image_embeds = self.resampler_model(output[:num_valid], grid_thw)",
+          "image_embeds = self.resampler_model(output, grid_thw)",
+          "the padded graph rows go through the row-wise layers too, but fwd_placeholder gathers only the "
+          "grid's rows (temporal conv on, Ernie's config)", inputs=_GRAPH_OUTPUT),
 ]
 
 # Only visible on CUDA (a sync regression, outputs unchanged).
