@@ -686,8 +686,11 @@ class ErnieEncoderOutputInputs:
                 else:
                     output = model.encoder_eager_forward(mm_kwargs, path="default")
                 dest: dict[int, torch.Tensor] = {}
-                model.postprocess_encoder_output({"default": output}, batch_indices, out_tokens, dest,
-                                                 clone=True, batch_mm_kwargs=mm_kwargs)
+                if spec["path"] == "eager-direct":  # 0.28.0's promise, not its manager (class docstring)
+                    module.scatter_output_slices(output, batch_indices, out_tokens, dest, True)
+                else:
+                    model.postprocess_encoder_output({"default": output}, batch_indices, out_tokens, dest,
+                                                     clone=True, batch_mm_kwargs=mm_kwargs)
             return [dest[i] for i in range(len(out_tokens))]
 
         return run
@@ -711,7 +714,12 @@ def _legacy_output(spec: dict, tower: torch.nn.Module, resampler: torch.nn.Modul
 
 
 class ErnieEncoderGraphOutputInputs(ErnieEncoderOutputInputs):
-    """``ErnieEncoderOutputInputs`` on the graph path only: the plants are judged there, since
-    0.28.0's eager fallback fails on every batch (known-issues.json, ernie-encoder-output)."""
+    """``ErnieEncoderOutputInputs`` beside the 0.28.0 eager finding (known-issues.json,
+    ernie-encoder-output), for the plants and the self-test: the graph path as the manager runs it,
+    and ``eager-direct``, 0.28.0's ``encoder_eager_forward`` taken at its word ("The result is
+    scattered directly, so it must be the post-merge embeddings"): its output scattered with
+    ``scatter_output_slices(output, indices, per_item_out_tokens, dest, clone=True)``, no
+    ``postprocess_encoder_output``. Only the 0.27.1/0.28.0 copies mean the same by it: from 0.34.0
+    ``encoder_eager_forward`` returns the ViT's features."""
 
-    paths = st.just("graph")
+    paths = st.sampled_from(["graph", "eager-direct"])

@@ -49,8 +49,9 @@ BUGS = [
           "each item's offset includes its own tokens (inclusive cumsum): only visible with 2+ items"),
 ]
 
-# ernie-encoder-output: judged on the graph path (0.28.0's eager fallback fails on every batch, a known
-# finding: known-issues.json), as EncoderCudaGraphManager replays it.
+# ernie-encoder-output: judged beside the 0.28.0 eager finding (known-issues.json): the graph path as
+# EncoderCudaGraphManager replays it, and encoder_eager_forward's output scattered as its comment promises
+# (strategies.ernie45_vl.inputs.ErnieEncoderGraphOutputInputs).
 _GRAPH_OUTPUT = "strategies.ernie45_vl.inputs:ErnieEncoderGraphOutputInputs"
 BUGS += [
     Plant("planted-ernie-output-valid-off-by-one", "ernie-encoder-output", _MOD,
@@ -63,6 +64,10 @@ BUGS += [
           "scatter_output_slices(image_embeds, sorted(indices), per_item_out_tokens, dest, clone)",
           "pieces scattered in item order instead of batch order: wrong images once the manager reorders the batch",
           inputs=_GRAPH_OUTPUT),
+    Plant("planted-ernie-output-eager-vit-only", "ernie-encoder-output", _MOD,
+          "return self.resampler_model(image_features, grid_thw)", "return image_features",
+          "the eager fallback returns the ViT's features (0.34.0's half of the fix) where its result is "
+          "scattered directly: pre-merge rows at the ViT's width", inputs=_GRAPH_OUTPUT),
 ]
 
 BENIGN = [
@@ -89,6 +94,11 @@ BENIGN = [
           "image_embeds = self.resampler_model(output, grid_thw)",
           "the padded graph rows go through the row-wise layers too, but fwd_placeholder gathers only the "
           "grid's rows (temporal conv on, Ernie's config)", inputs=_GRAPH_OUTPUT),
+    Plant("benign-ernie-output-eager-uncast-pixels", "ernie-encoder-output", _MOD,
+          'pixel_values = mm_kwargs["pixel_values"].type(self.vision_model.dtype)',
+          'pixel_values = mm_kwargs["pixel_values"]',
+          "the eager fallback leaves the processor's pixel dtype: Ernie4_5_VisionPatchEmbed.forward casts to "
+          "its weight's dtype first thing", inputs=_GRAPH_OUTPUT),
 ]
 
 # Only visible on CUDA (a sync regression, outputs unchanged).
