@@ -668,8 +668,9 @@ class ErnieEncoderOutputInputs:
         batch_indices, out_tokens = output_batch(spec)
         mm_kwargs = _output_mm_kwargs(spec, batch_indices)
         model_class = _graph_model(module)
-        if model_class is None or not hasattr(model_class, "postprocess_encoder_output"):
-            return _legacy_output(spec, tower, resampler, mm_kwargs, batch_indices, out_tokens)
+        if model_class is None:
+            return _legacy_output(module.Ernie4_5_VLMoeForConditionalGeneration(tower, resampler), mm_kwargs,
+                                  batch_indices, out_tokens)
         model = model_class(tower, resampler)
         budget, batch = spec["token_budget"], spec["max_batch_size"]
         device = torch.device(spec["device"])
@@ -696,17 +697,16 @@ class ErnieEncoderOutputInputs:
         return run
 
 
-def _legacy_output(spec: dict, tower: torch.nn.Module, resampler: torch.nn.Module, mm_kwargs: dict,
-                   batch_indices: list[int], out_tokens: list[int]) -> Callable[[], Any]:
-    """0.27.1's ``_process_image_input`` on the batch: ``pixel_values.type(vision_model.dtype)``, the
-    tower, ``resampler_model(image_features, grid_thw)``, ``split`` by ``grid_thw.prod(-1) // m // m``
-    (the sizes from the host grid, as the spec holds it), each piece to its item."""
+def _legacy_output(model: torch.nn.Module, mm_kwargs: dict, batch_indices: list[int],
+                   out_tokens: list[int]) -> Callable[[], Any]:
+    """0.27.1 on the batch: its ``_process_image_input`` (legacy/ernie45_vl.py holds it as
+    ``encoder_eager_forward``) -- ``_vision_forward``'s frame expansion, the tower, the resampler,
+    ``split`` by ``grid_thw.prod(-1) // m // m`` -- each piece to its item, copied as the manager's
+    ``clone=True`` asks."""
 
     def legacy_run() -> list[torch.Tensor]:
         with torch.inference_mode():
-            grid = mm_kwargs["image_grid_thw"].to(tower.device)
-            features = tower(mm_kwargs["pixel_values"].type(tower.dtype), grid)
-            pieces = resampler(features, grid).split([out_tokens[i] for i in batch_indices])
+            pieces = model.encoder_eager_forward(mm_kwargs)
         by_item = dict(zip(batch_indices, pieces))
         return [by_item[i].clone() for i in range(len(out_tokens))]
 

@@ -149,12 +149,11 @@ TARGETS.append(
             f"{_ERNIE}::Ernie4_5_VLMoeForConditionalGeneration.encoder_eager_forward",
             f"{_ERNIE}::Ernie4_5_VLMoeForConditionalGeneration.postprocess_encoder_output",
         ),
-        # 0.27.1 has neither method: its side is _process_image_input's path, whose own code is the
-        # resampler (the tower is the harness's stand-in). The optimized entry is the method the manager
-        # calls after either path, so selftest mutates it and encoder_eager_forward, not the resampler
-        # (ernie-resampler-placeholder's).
-        legacy="legacy.ernie45_vl:VariableResolutionResamplerModel.forward",
-        optimized="optimized.ernie45_vl:Ernie4_5_VLMoeForConditionalGeneration.postprocess_encoder_output",
+        # 0.27.1 has neither method: legacy/ernie45_vl.py holds its _process_image_input (the images'
+        # eager path) under the name encoder_eager_forward. The entry is named for selftest and provenance;
+        # the input model drives the methods as the manager does.
+        legacy="legacy.ernie45_vl:Ernie4_5_VLMoeForConditionalGeneration.encoder_eager_forward",
+        optimized="optimized.ernie45_vl:Ernie4_5_VLMoeForConditionalGeneration.encoder_eager_forward",
         inputs="strategies.ernie45_vl.inputs:ErnieEncoderOutputInputs",
         sync_allow_region=ALLOW_REGION,
         # The stand-in tower's sequence means go through index_add_ (atomics on CUDA) and the two sides
