@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -44,7 +45,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.api import HarnessError, Impl
+from fuzz.api import HarnessError, Impl, release_of
 from strategies.common import FLOAT_DTYPES, INT_DTYPES, choice_of, devices, float_dtypes, int_dtypes, seeded_floats
 from strategies.grids import grid_thws
 
@@ -504,7 +505,12 @@ class ErnieResamplerInputs:
 
 OUTPUT_PATHS = st.sampled_from(["graph", "eager"])
 OUTPUT_ORDERS = st.sampled_from(["ascending", "descending"])
-OUTPUT_GRID_FORMS = st.sampled_from(["device_tensor", "cpu_tensor"])
+# "runner": where the side's own model runner puts image_grid_thw -- on the device up to 0.28.0, on the host
+# from 0.29.0 (MultiModalFieldConfig.batched("image", keep_on_cpu=True)), which 0.30.0's async_tensor_h2d
+# of it relies on (a device tensor fails its ``assert t.is_cpu``). The wide contract adds a host grid for
+# every side (0.28.0's ``.to(device)`` takes one).
+OUTPUT_GRID_FORMS = st.sampled_from(["runner", "cpu_tensor"])
+KEEP_ON_CPU_SINCE = (0, 29)
 OUTPUT_SLACK = st.integers(0, 2)
 OUTPUT_BUDGET_SLACK = st.integers(0, 6)
 OUTPUT_PATCH_SIZES = st.sampled_from([1, 2])
@@ -535,7 +541,7 @@ def _output_specs(draw: st.DrawFn, available: Sequence[str], contract: str, path
         # IndexError or wrong values (known-issues.json), so neither contract draws them.
         "out_dim": embed_dim + draw(OUTPUT_WIDENINGS),
         "grid_thw": grid,
-        "grid_form": draw(OUTPUT_GRID_FORMS),
+        "grid_form": draw(OUTPUT_GRID_FORMS) if wide else "runner",
         # The processor's int64; 0.27.1 had none of these methods, so the wide contract only adds an
         # int32 grid (what prepare_encoder_metadata makes of a host list).
         "grid_dtype": draw(GRAPH_GRID_DTYPES) if wide else "int64",
@@ -618,18 +624,27 @@ def output_batch(spec: dict) -> tuple[list[int], list[int]]:
     return order, tokens
 
 
-def _output_mm_kwargs(spec: dict, batch_indices: list[int]) -> dict[str, torch.Tensor]:
+def grid_on_host(spec: dict, impl: Impl) -> bool:
+    """Whether the batch's ``image_grid_thw`` is a host tensor for ``impl``'s side: ``"runner"`` follows the
+    side's release (``KEEP_ON_CPU_SINCE``; the copies, 0.27.1 and 0.28.0, keep it on the device)."""
+    if spec["grid_form"] == "cpu_tensor":
+        return True
+    found = re.match(r"(\d+)\.(\d+)", release_of(impl) or "")
+    return bool(found) and (int(found[1]), int(found[2])) >= KEEP_ON_CPU_SINCE
+
+
+def _output_mm_kwargs(spec: dict, batch_indices: list[int], on_host: bool) -> dict[str, torch.Tensor]:
     """``mm_kwargs`` for the batch as ``select_encoder_cudagraph_items`` hands them on: the batch's
     patches concatenated in batch order and ``image_grid_thw[indices]`` (the processor's int64; on the
-    device in 0.28.0, kept on the host from 0.29.0, ``keep_on_cpu=True``)."""
+    device in 0.28.0, kept on the host from 0.29.0, ``keep_on_cpu=True``: ``grid_on_host``)."""
     grid = spec["grid_thw"]
     columns = spec["in_channels"] * spec["patch_size"] ** 2
     patches = [t * h * w for t, h, w in grid]
     pixels = seeded_floats((sum(patches), columns), spec["pixel_dtype"], spec["seed"], spec["device"])
     starts = [sum(patches[:i]) for i in range(len(patches))]
     selected = torch.cat([pixels[starts[i]: starts[i] + patches[i]] for i in batch_indices])
-    batch_grid = grid_in_form([grid[i] for i in batch_indices], spec["grid_form"], spec["grid_dtype"],
-                              spec["device"])
+    batch_grid = grid_in_form([grid[i] for i in batch_indices], "cpu_tensor" if on_host else "device_tensor",
+                              spec["grid_dtype"], spec["device"])
     return {"pixel_values": selected, "image_grid_thw": batch_grid}
 
 
@@ -666,7 +681,7 @@ class ErnieEncoderOutputInputs:
         module = _copy_module(impl, "a method of the ernie45_vl copy")
         tower, resampler = _tiny_vit(module, spec), _output_resampler(module, spec)
         batch_indices, out_tokens = output_batch(spec)
-        mm_kwargs = _output_mm_kwargs(spec, batch_indices)
+        mm_kwargs = _output_mm_kwargs(spec, batch_indices, grid_on_host(spec, impl))
         model_class = _graph_model(module)
         if model_class is None:
             return _legacy_output(module.Ernie4_5_VLMoeForConditionalGeneration(tower, resampler), mm_kwargs,

@@ -400,7 +400,7 @@ def test_shared_plants_cover_two_targets():
 
 
 def output_spec(grid: list[list[int]], *, path: str = "graph", order: str = "descending", merge: int = 2,
-                embed_dim: int = 3, out_dim: int = 5, grid_form: str = "device_tensor") -> dict:
+                embed_dim: int = 3, out_dim: int = 5, grid_form: str = "runner") -> dict:
     tokens = sum(h * w for _, h, w in grid) // merge**2
     return {"device": "cpu", "merge": merge, "head_dim": 8, "backend": "FLASH_ATTN", "rotary_on": "device",
             "patch_size": 2, "in_channels": 1, "embed_dim": embed_dim, "out_dim": out_dim, "grid_thw": grid,
