@@ -23,7 +23,7 @@
 # limitations under the License.
 """Copied from vllm 0.27.1: vllm/model_executor/models/ernie45_vl.py ::
 Ernie4_5_VisionPatchEmbed and Ernie4_5_VisionRotaryEmbedding (whole classes,
-verbatim); Ernie4_5_VisionTransformer.device, .rot_pos_emb,
+verbatim); Ernie4_5_VisionTransformer.dtype, .device, .rot_pos_emb,
 .compute_attn_mask_seqlen and .prepare_encoder_metadata; and
 VariableResolutionResamplerModel (__init__, spatial_conv_reshape and forward
 with its fwd_placeholder, verbatim; load_weights left out).
@@ -42,12 +42,21 @@ reproduced, in a stand-in class marked ADAPTED. The resampler's vllm layers
 (ColumnParallelLinear, RMSNorm) get small deterministic stand-ins; the linear
 stand-in also keeps the last input it received, so the fuzzer can observe
 exactly which rows fwd_placeholder gathered.
+
+Also (target ernie-encoder-output): Ernie4_5_VLMoeForConditionalGeneration
+._vision_forward (verbatim) and, under 0.28.0's name encoder_eager_forward, the
+body of ._process_image_input (verbatim; the header is ADAPTED), in a stand-in
+class holding only ``vision_model`` and ``resampler_model``: 0.27.1 has no
+encoder CUDA graphs, and this is the path its images' embeddings take. The
+tower stand-in has no ``forward``: the input model subclasses it with a tiny
+deterministic ViT (strategies/ernie45_vl/inputs.py, ErnieEncoderOutputInputs).
 """
 from enum import Enum  # ADAPTED: for the AttentionBackendEnum stand-in
 
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 class AttentionBackendEnum(Enum):  # ADAPTED: stand-in for vllm.v1.attention.backends.registry.AttentionBackendEnum
@@ -128,6 +137,10 @@ class Ernie4_5_VisionTransformer(nn.Module):  # ADAPTED: stand-in holding only w
         self.patch_embed = Ernie4_5_VisionPatchEmbed(patch_size=1, in_channels=1, embed_dim=1)  # ADAPTED: only proj.weight.device is read
         self.rotary_pos_emb = Ernie4_5_VisionRotaryEmbedding(head_dim // 2)
         self.attn_backend = attn_backend  # ADAPTED: upstream get_vit_attn_backend(head_size=head_dim, ...)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.patch_embed.proj.weight.dtype
 
     @property
     def device(self) -> torch.device:
@@ -371,3 +384,50 @@ class VariableResolutionResamplerModel(nn.Module):
             x = fwd_temporal(x)
         x = fwd_mlp(x)
         return x
+
+
+class Ernie4_5_VLMoeForConditionalGeneration(nn.Module):  # ADAPTED: stand-in holding only what the copied methods read
+    def __init__(self, vision_model: Ernie4_5_VisionTransformer, resampler_model=None) -> None:  # ADAPTED
+        super().__init__()
+        self.vision_model = vision_model  # ADAPTED: upstream Ernie4_5_VisionTransformer(config.vision_config, ...)
+        self.resampler_model = resampler_model  # ADAPTED: upstream VariableResolutionResamplerModel(...)
+
+    def encoder_eager_forward(  # ADAPTED: 0.27.1's _process_image_input (its eager image path) under 0.28.0's name
+        self, image_input  # ADAPTED: the batch's mm_kwargs (pixel_values, image_grid_thw)
+    ) -> tuple[torch.Tensor, ...]:
+        grid_thw = image_input["image_grid_thw"]
+        assert grid_thw.ndim == 2
+
+        pixel_values = image_input["pixel_values"].type(self.vision_model.dtype)
+        image_features = self._vision_forward(
+            pixel_values=pixel_values, grid_thw=grid_thw
+        )
+        image_embeds = self.resampler_model(image_features, grid_thw)
+
+        merge_size = self.vision_model.spatial_merge_size
+        sizes = grid_thw.prod(-1) // merge_size // merge_size
+
+        return image_embeds.split(sizes.tolist())
+
+    def _vision_forward(
+        self,
+        pixel_values: torch.Tensor,
+        grid_thw: torch.Tensor,
+    ) -> torch.Tensor:
+        if grid_thw is not None:
+            grid_thw = grid_thw[grid_thw > 0]
+            if grid_thw.numel() % 3 != 0:
+                raise ValueError(
+                    f"grid_thw has {grid_thw.numel()} elements after filtering,"
+                    "which is not divisible by 3."
+                )
+            grid_thw = grid_thw.reshape(-1, 3)
+            # example: [[1,64,64],[2,80,80]] -> [[1,64,64],[1,80,80],[1,80,80]]
+            grid_thw = F.pad(
+                torch.repeat_interleave(grid_thw[:, 1:], grid_thw[:, 0], 0),
+                [1, 0, 0, 0],
+                value=1,
+            )
+        image_features = self.vision_model(pixel_values, grid_thw)
+        return image_features
+

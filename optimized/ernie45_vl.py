@@ -23,14 +23,22 @@
 # limitations under the License.
 """Copied from vllm 0.28.0: vllm/model_executor/models/ernie45_vl.py ::
 Ernie4_5_VisionPatchEmbed and Ernie4_5_VisionRotaryEmbedding (whole classes,
-verbatim); Ernie4_5_VisionTransformer.device, .rot_pos_emb,
+verbatim); Ernie4_5_VisionTransformer.dtype, .device, .rot_pos_emb,
 .compute_attn_mask_seqlen and .prepare_encoder_metadata; and
 VariableResolutionResamplerModel (__init__, spatial_conv_reshape and forward
 with its fwd_placeholder, verbatim; load_weights left out); and
 Ernie4_5_VLMoeForConditionalGeneration.prepare_encoder_cudagraph_capture_inputs
 and .prepare_encoder_cudagraph_replay_buffers (verbatim, in a stand-in class
-holding only ``vision_model``), which the encoder CUDA-graph manager
-(vllm/v1/worker/encoder_cudagraph.py) calls at capture and before each replay.
+holding only ``vision_model`` and ``resampler_model``), which the encoder
+CUDA-graph manager (vllm/v1/worker/encoder_cudagraph.py) calls at capture and
+before each replay; and, in the same class, .encoder_cudagraph_forward (what
+the captured graph runs), .encoder_eager_forward (the manager's eager
+fallback) and .postprocess_encoder_output (run by the manager after either,
+verbatim), plus Ernie4_5_VisionTransformer.dtype (verbatim).
+``scatter_output_slices`` (vllm/model_executor/models/utils.py, the same text
+0.28.0 .. 0.34.0) is stood in beside them, marked ADAPTED. The tower stand-in
+has no ``forward``: the input model (strategies/ernie45_vl/inputs.py,
+ErnieEncoderOutputInputs) subclasses it with a tiny deterministic ViT.
 
 Ernie4_5_VisionTransformer.prepare_encoder_metadata is verbatim (0.28.0 split it
 out of forward for encoder CUDA graphs and staged cu_seqlens non-blocking).
@@ -43,6 +51,7 @@ stand-in also keeps the last input it received, so the fuzzer can observe
 exactly which rows fwd_placeholder gathered.
 """
 from enum import Enum  # ADAPTED: for the AttentionBackendEnum stand-in
+from typing import Any
 
 import numpy as np
 import torch
@@ -130,6 +139,10 @@ class Ernie4_5_VisionTransformer(nn.Module):  # ADAPTED: stand-in holding only w
         self.patch_embed = Ernie4_5_VisionPatchEmbed(patch_size=1, in_channels=1, embed_dim=1)  # ADAPTED: only proj.weight.device is read
         self.rotary_pos_emb = Ernie4_5_VisionRotaryEmbedding(head_dim // 2)
         self.attn_backend = attn_backend  # ADAPTED: upstream get_vit_attn_backend(head_size=head_dim, ...)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.patch_embed.proj.weight.dtype
 
     @property
     def device(self) -> torch.device:
@@ -434,6 +447,22 @@ class VariableResolutionResamplerModel(nn.Module):
         return x
 
 
+def scatter_output_slices(  # ADAPTED: stands in for vllm.model_executor.models.utils.scatter_output_slices (same text 0.28.0..0.34.0)
+    output: torch.Tensor,  # ADAPTED
+    indices: list[int],  # ADAPTED
+    per_item_out_tokens: list[int],  # ADAPTED
+    dest: dict[int, torch.Tensor] | list[torch.Tensor | None],  # ADAPTED
+    clone: bool = False,  # ADAPTED
+) -> None:  # ADAPTED
+    """Slice a concatenated output tensor and scatter into dest by index."""  # ADAPTED
+    offset = 0  # ADAPTED
+    for idx in indices:  # ADAPTED
+        n_tok = per_item_out_tokens[idx]  # ADAPTED
+        sliced = output[offset : offset + n_tok]  # ADAPTED
+        dest[idx] = sliced.clone() if clone else sliced  # ADAPTED
+        offset += n_tok  # ADAPTED
+
+
 class EncoderCudaGraphCaptureInputs:  # ADAPTED: stand-in for vllm/v1/worker/encoder_cudagraph_defs.py's dataclass
     def __init__(self, values):  # ADAPTED: the field the manager reads
         self.values = values  # ADAPTED
@@ -445,9 +474,10 @@ class EncoderCudaGraphReplayBuffers:  # ADAPTED: stand-in for vllm/v1/worker/enc
 
 
 class Ernie4_5_VLMoeForConditionalGeneration(nn.Module):  # ADAPTED: stand-in holding only what the copied methods read
-    def __init__(self, vision_model: Ernie4_5_VisionTransformer) -> None:  # ADAPTED
+    def __init__(self, vision_model: Ernie4_5_VisionTransformer, resampler_model=None) -> None:  # ADAPTED
         super().__init__()
         self.vision_model = vision_model  # ADAPTED: upstream Ernie4_5_VisionTransformer(config.vision_config, ...)
+        self.resampler_model = resampler_model  # ADAPTED: upstream VariableResolutionResamplerModel(...)
 
     def prepare_encoder_cudagraph_capture_inputs(
         self,
@@ -503,3 +533,43 @@ class Ernie4_5_VLMoeForConditionalGeneration(nn.Module):  # ADAPTED: stand-in ho
             "pixel_values": mm_kwargs["pixel_values"],
         }
         return EncoderCudaGraphReplayBuffers(values=values)
+
+    def encoder_cudagraph_forward(
+        self, values: dict[str, torch.Tensor], path: str = "default"
+    ) -> torch.Tensor:
+        # Graph captures the ViT only, and the resampler runs in
+        # postprocess_encoder_output.
+        pixel_values = values.pop("pixel_values")
+        return self.vision_model(pixel_values, encoder_metadata=values)
+
+    def encoder_eager_forward(
+        self, mm_kwargs: dict[str, Any], path: str = "default"
+    ) -> torch.Tensor:
+        # Eager fallback: run the full pipeline (ViT + resampler). The result
+        # is scattered directly, so it must be the post-merge embeddings.
+        pixel_values = mm_kwargs["pixel_values"].type(self.vision_model.dtype)
+        grid_thw = mm_kwargs["image_grid_thw"].to(self.vision_model.device)
+        image_features = self.vision_model(pixel_values, grid_thw)
+        return self.resampler_model(image_features, grid_thw)
+
+    def postprocess_encoder_output(
+        self,
+        outputs: dict[str, torch.Tensor],
+        indices: list[int],
+        per_item_out_tokens: list[int],
+        dest,
+        clone: bool = False,
+        batch_mm_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        # The graph output is the raw ViT features (pre-merge), padded to the
+        # token budget. Run the resampler eagerly on the valid portion using
+        # the actual batch grid_thw, then scatter the post-merge embeddings.
+        # Ernie only uses the single "default" encoder path.
+        output = outputs["default"]
+        grid_thw = batch_mm_kwargs["image_grid_thw"].to(output.device)
+        # The valid token count slices the graph output for the eager
+        # resampler call, so it has to come back to the host.
+        with gpu_sync_allowed():
+            num_valid = int((grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]).sum())
+        image_embeds = self.resampler_model(output[:num_valid], grid_thw)
+        scatter_output_slices(image_embeds, indices, per_item_out_tokens, dest, clone)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -44,7 +45,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.api import HarnessError, Impl
+from fuzz.api import HarnessError, Impl, release_of
 from strategies.common import FLOAT_DTYPES, INT_DTYPES, choice_of, devices, float_dtypes, int_dtypes, seeded_floats
 from strategies.grids import grid_thws
 
@@ -498,3 +499,242 @@ class ErnieResamplerInputs:
             return {"output": output, "placeholder": gathered}
 
         return call
+
+
+# --- ernie-encoder-output: the embeddings EncoderCudaGraphManager hands back --------------------------
+
+OUTPUT_PATHS = st.sampled_from(["graph", "eager"])
+OUTPUT_ORDERS = st.sampled_from(["ascending", "descending"])
+# "runner": where the side's own model runner puts image_grid_thw -- on the device up to 0.28.0, on the host
+# from 0.29.0 (MultiModalFieldConfig.batched("image", keep_on_cpu=True)), which 0.30.0's async_tensor_h2d
+# of it relies on (a device tensor fails its ``assert t.is_cpu``). The wide contract adds a host grid for
+# every side (0.28.0's ``.to(device)`` takes one).
+OUTPUT_GRID_FORMS = st.sampled_from(["runner", "cpu_tensor"])
+KEEP_ON_CPU_SINCE = (0, 29)
+OUTPUT_SLACK = st.integers(0, 2)
+OUTPUT_BUDGET_SLACK = st.integers(0, 6)
+OUTPUT_PATCH_SIZES = st.sampled_from([1, 2])
+OUTPUT_CHANNELS = st.integers(1, 2)
+OUTPUT_EMBED_DIMS = st.integers(1, 4)
+OUTPUT_WIDENINGS = st.integers(1, 3)
+GRAPH_GRID_DTYPES = st.sampled_from(["int64", "int32"])
+
+
+@st.composite
+def _output_specs(draw: st.DrawFn, available: Sequence[str], contract: str, paths: st.SearchStrategy[str]) -> dict:
+    merge = draw(MERGES)
+    grid = draw(grid_thws(min_size=1, max_size=4, max_t=1, merge=merge))
+    tokens = sum(h * w for _, h, w in grid) // merge**2
+    embed_dim = draw(OUTPUT_EMBED_DIMS)
+    wide = contract == "wide"
+    return {
+        "device": draw(devices(available)),
+        "merge": merge,
+        "head_dim": draw(HEAD_DIMS),
+        "backend": draw(BACKEND_CHOICES),
+        "rotary_on": "device",
+        "patch_size": draw(OUTPUT_PATCH_SIZES),
+        "in_channels": draw(OUTPUT_CHANNELS),
+        "embed_dim": embed_dim,
+        # The LM's hidden size is wider than the ViT's (1280 -> 2560 in ERNIE-4.5-VL-28B-A3B). Equal
+        # widths (no shipped config) only turn the 0.28.0 eager finding from a shape error into an
+        # IndexError or wrong values (known-issues.json), so neither contract draws them.
+        "out_dim": embed_dim + draw(OUTPUT_WIDENINGS),
+        "grid_thw": grid,
+        "grid_form": draw(OUTPUT_GRID_FORMS) if wide else "runner",
+        # The processor's int64; 0.27.1 had none of these methods, so the wide contract only adds an
+        # int32 grid (what prepare_encoder_metadata makes of a host list).
+        "grid_dtype": draw(GRAPH_GRID_DTYPES) if wide else "int64",
+        "pixel_dtype": draw(GRAPH_PIXEL_DTYPES),
+        "path": draw(paths),
+        "order": draw(OUTPUT_ORDERS),
+        "max_batch_size": len(grid) + draw(OUTPUT_SLACK),
+        "token_budget": tokens + draw(OUTPUT_BUDGET_SLACK),
+        "seed": draw(st.integers(0, 2**31 - 1)),
+    }
+
+
+def _segment_means(hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Each row's sequence mean, the sequences cut by ``cu_seqlens`` (rows past its last offset, the
+    graph's padding, form one more sequence): the only way a token sees another, as in varlen attention.
+    Device ops only, no host read."""
+    bounds = cu_seqlens[1:].to(torch.int64)
+    positions = torch.arange(hidden.shape[0], device=hidden.device)
+    segment = torch.searchsorted(bounds, positions, right=True)
+    sums = hidden.new_zeros(bounds.numel() + 1, hidden.shape[1]).index_add_(0, segment, hidden)
+    counts = hidden.new_zeros(bounds.numel() + 1).index_add_(0, segment, torch.ones_like(hidden[:, 0]))
+    return (sums / counts.clamp(min=1).unsqueeze(1))[segment]
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny_vit_class(tower_class: type) -> type:
+    """The side's ``Ernie4_5_VisionTransformer`` stand-in given a tiny deterministic ``forward`` with
+    upstream's signature and control flow (vllm/model_executor/models/ernie45_vl.py 0.28.0
+    ``Ernie4_5_VisionTransformer.forward``): patch embedding, the metadata computed inline when the
+    caller hands none (eager) or the graph buffers used as they are (``encoder_metadata=``), then one
+    stand-in block that reads the rotary rows and ``cu_seqlens``. Harness code, the same on both sides:
+    the ViT's kernels and weights are out of reach, its host-side metadata is not."""
+
+    class TinyVit(tower_class):  # type: ignore[misc, valid-type]
+        def forward(self, hidden_states: torch.Tensor, grid_thw: Any = None, num_pad: int = 0, *,
+                    encoder_metadata: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+            hidden_states = self.patch_embed(hidden_states)
+            if encoder_metadata is None:
+                encoder_metadata = self.prepare_encoder_metadata(grid_thw, num_pad=num_pad,
+                                                                 device=hidden_states.device)
+            rotary = encoder_metadata["rotary_pos_emb"].to(hidden_states.dtype)
+            hidden_states = hidden_states + rotary @ self.rotary_mix
+            return hidden_states + _segment_means(hidden_states, encoder_metadata["cu_seqlens"])
+
+    return TinyVit
+
+
+def _tiny_vit(module: ModuleType, spec: dict) -> torch.nn.Module:
+    """The side's tower with a seeded patch embedding (``in_channels * patch_size**2 -> embed_dim``)
+    and rotary mixing, on the spec's device."""
+    backend = module.AttentionBackendEnum[spec["backend"]]
+    with torch.device(spec["device"]):
+        tower = _tiny_vit_class(module.Ernie4_5_VisionTransformer)(spec["merge"], spec["head_dim"], backend)
+    embed = module.Ernie4_5_VisionPatchEmbed(patch_size=spec["patch_size"], in_channels=spec["in_channels"],
+                                             embed_dim=spec["embed_dim"])
+    columns = spec["in_channels"] * spec["patch_size"] ** 2
+    embed.proj.weight.data = seeded_floats((spec["embed_dim"], columns), "float32", spec["seed"] + 101, "cpu")
+    tower.patch_embed = embed.to(spec["device"])
+    tower.rotary_mix = seeded_floats((spec["head_dim"] // 2, spec["embed_dim"]), "float32", spec["seed"] + 102,
+                                     spec["device"])
+    return tower
+
+
+def _output_resampler(module: ModuleType, spec: dict) -> torch.nn.Module:
+    """Ernie's resampler as the model builds it: ``in_dim`` the ViT's width, ``out_dim`` the LM's,
+    ``spatial_conv_size`` the merge size, temporal conv on (Ernie 4.5 VL's config); seeded weights."""
+    return _resampler(module, {"in_dim": spec["embed_dim"], "out_dim": spec["out_dim"],
+                               "spatial_conv_size": spec["merge"], "use_temporal_conv": True,
+                               "float_dtype": "float32", "seed": spec["seed"] + 200, "device": spec["device"]})
+
+
+def output_batch(spec: dict) -> tuple[list[int], list[int]]:
+    """The manager's batch order and per-item output tokens (vllm/v1/worker/encoder_cudagraph.py
+    ``_execute_local``): ``per_item_out_tokens`` from ``get_encoder_cudagraph_item_specs``
+    (``t * h * w // m // m``, in the items' own order); 0.28.0 .. 0.33.0 pack items sorted by tokens
+    ascending, 0.34.0 takes the whole batch largest first (a stable sort either way)."""
+    merge = spec["merge"]
+    tokens = [t * h * w // merge // merge for t, h, w in spec["grid_thw"]]
+    order = sorted(range(len(tokens)), key=lambda i: tokens[i], reverse=spec["order"] == "descending")
+    return order, tokens
+
+
+def grid_on_host(spec: dict, impl: Impl) -> bool:
+    """Whether the batch's ``image_grid_thw`` is a host tensor for ``impl``'s side: ``"runner"`` follows the
+    side's release (``KEEP_ON_CPU_SINCE``; the copies, 0.27.1 and 0.28.0, keep it on the device)."""
+    if spec["grid_form"] == "cpu_tensor":
+        return True
+    found = re.match(r"(\d+)\.(\d+)", release_of(impl) or "")
+    return bool(found) and (int(found[1]), int(found[2])) >= KEEP_ON_CPU_SINCE
+
+
+def _output_mm_kwargs(spec: dict, batch_indices: list[int], on_host: bool) -> dict[str, torch.Tensor]:
+    """``mm_kwargs`` for the batch as ``select_encoder_cudagraph_items`` hands them on: the batch's
+    patches concatenated in batch order and ``image_grid_thw[indices]`` (the processor's int64; on the
+    device in 0.28.0, kept on the host from 0.29.0, ``keep_on_cpu=True``: ``grid_on_host``)."""
+    grid = spec["grid_thw"]
+    columns = spec["in_channels"] * spec["patch_size"] ** 2
+    patches = [t * h * w for t, h, w in grid]
+    pixels = seeded_floats((sum(patches), columns), spec["pixel_dtype"], spec["seed"], spec["device"])
+    starts = [sum(patches[:i]) for i in range(len(patches))]
+    selected = torch.cat([pixels[starts[i]: starts[i] + patches[i]] for i in batch_indices])
+    batch_grid = grid_in_form([grid[i] for i in batch_indices], "cpu_tensor" if on_host else "device_tensor",
+                              spec["grid_dtype"], spec["device"])
+    return {"pixel_values": selected, "image_grid_thw": batch_grid}
+
+
+class ErnieEncoderOutputInputs:
+    """The image embeddings EncoderCudaGraphManager._execute_local (vllm/v1/worker/encoder_cudagraph.py,
+    0.28.0 .. 0.34.0) gets from Ernie4_5_VLMoeForConditionalGeneration for one batch, by either path:
+
+    * ``graph``: ``prepare_encoder_cudagraph_capture_inputs(token_budget, max_batch_size,
+      max_frames_per_batch, device, dtype)`` once per budget (here at materialize, outside the count),
+      then per batch ``prepare_encoder_cudagraph_replay_buffers(batch_mm_kwargs, max_batch_size,
+      max_frames_per_batch)``, its values copied into capture's buffers (``_run_budget_graph``,
+      ``fill_graph_buffers``), the captured ``encoder_cudagraph_forward(values)`` run on them (eagerly
+      here: same math, no capture) and ``postprocess_encoder_output({"default": output}, indices,
+      per_item_out_tokens, dest, clone=True, batch_mm_kwargs=batch_mm_kwargs)``;
+    * ``eager`` (no captured budget fits): ``encoder_eager_forward(batch_mm_kwargs, path="default")``,
+      then the same ``postprocess_encoder_output`` call: every manager from 0.28.0 to 0.34.0 makes it
+      after either path.
+
+    The thunk returns ``dest`` as the manager reads it, one tensor per item in the items' own order.
+    The vision tower and the resampler weights are tiny seeded stand-ins, the same on both sides
+    (``_tiny_vit``, ``_output_resampler``); what is fuzzed is the host-side logic around them.
+
+    The legacy side (0.27.1) has no encoder CUDA graphs: it gets the batch's embeddings the way its
+    ``_process_image_input`` makes them -- the tower on the grid, the resampler, ``split`` by
+    ``t * h * w // m // m`` -- scattered to the same indices.
+    """
+
+    paths: st.SearchStrategy[str] = OUTPUT_PATHS
+
+    def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
+        return _output_specs(available, contract, self.paths)
+
+    def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        module = _copy_module(impl, "a method of the ernie45_vl copy")
+        tower, resampler = _tiny_vit(module, spec), _output_resampler(module, spec)
+        batch_indices, out_tokens = output_batch(spec)
+        mm_kwargs = _output_mm_kwargs(spec, batch_indices, grid_on_host(spec, impl))
+        model_class = _graph_model(module)
+        if model_class is None:
+            return _legacy_output(module.Ernie4_5_VLMoeForConditionalGeneration(tower, resampler), mm_kwargs,
+                                  batch_indices, out_tokens)
+        model = model_class(tower, resampler)
+        budget, batch = spec["token_budget"], spec["max_batch_size"]
+        device = torch.device(spec["device"])
+        if spec["path"] == "graph":
+            with torch.inference_mode():  # once per budget, before any replay
+                captured = dict(model.prepare_encoder_cudagraph_capture_inputs(
+                    budget, batch, batch, device, tower.dtype).values)
+
+        def run() -> list[torch.Tensor]:
+            with torch.inference_mode():
+                if spec["path"] == "graph":
+                    replay = model.prepare_encoder_cudagraph_replay_buffers(mm_kwargs, batch, batch)
+                    output = model.encoder_cudagraph_forward(fill_graph_buffers(captured, dict(replay.values)))
+                else:
+                    output = model.encoder_eager_forward(mm_kwargs, path="default")
+                dest: dict[int, torch.Tensor] = {}
+                if spec["path"] == "eager-direct":  # 0.28.0's promise, not its manager (class docstring)
+                    module.scatter_output_slices(output, batch_indices, out_tokens, dest, True)
+                else:
+                    model.postprocess_encoder_output({"default": output}, batch_indices, out_tokens, dest,
+                                                     clone=True, batch_mm_kwargs=mm_kwargs)
+            return [dest[i] for i in range(len(out_tokens))]
+
+        return run
+
+
+def _legacy_output(model: torch.nn.Module, mm_kwargs: dict, batch_indices: list[int],
+                   out_tokens: list[int]) -> Callable[[], Any]:
+    """0.27.1 on the batch: its ``_process_image_input`` (legacy/ernie45_vl.py holds it as
+    ``encoder_eager_forward``) -- ``_vision_forward``'s frame expansion, the tower, the resampler,
+    ``split`` by ``grid_thw.prod(-1) // m // m`` -- each piece to its item, copied as the manager's
+    ``clone=True`` asks."""
+
+    def legacy_run() -> list[torch.Tensor]:
+        with torch.inference_mode():
+            pieces = model.encoder_eager_forward(mm_kwargs)
+        by_item = dict(zip(batch_indices, pieces))
+        return [by_item[i].clone() for i in range(len(out_tokens))]
+
+    return legacy_run
+
+
+class ErnieEncoderGraphOutputInputs(ErnieEncoderOutputInputs):
+    """``ErnieEncoderOutputInputs`` beside the 0.28.0 eager finding (known-issues.json,
+    ernie-encoder-output), for the plants and the self-test: the graph path as the manager runs it,
+    and ``eager-direct``, 0.28.0's ``encoder_eager_forward`` taken at its word ("The result is
+    scattered directly, so it must be the post-merge embeddings"): its output scattered with
+    ``scatter_output_slices(output, indices, per_item_out_tokens, dest, clone=True)``, no
+    ``postprocess_encoder_output``. Only the 0.27.1/0.28.0 copies mean the same by it: from 0.34.0
+    ``encoder_eager_forward`` returns the ViT's features."""
+
+    paths = st.sampled_from(["graph", "eager-direct"])

@@ -566,3 +566,44 @@ def resampler_pairs_frames(spec: dict, output: Any) -> str | None:
         start += count
     return None
 
+
+
+# --- ernie-encoder-output ------------------------------------------------------------------------
+
+
+def output_one_piece_per_item(spec: dict, output: Any) -> str | None:
+    """One embedding per image, in the items' own order, each with the image's LM tokens as rows
+    (``t * h * w // m // m``, ``get_encoder_cudagraph_item_specs``' ``output_tokens``, what the LM's
+    placeholder run for the image holds) and the LM's hidden size as columns, on the encoder's device."""
+    merge = spec["merge"]
+    expected = [t * h * w // merge // merge for t, h, w in spec["grid_thw"]]
+    if not isinstance(output, list) or len(output) != len(expected):
+        return f"expected one embedding per item ({len(expected)}), got {type(output).__name__}"
+    for index, (piece, rows) in enumerate(zip(output, expected)):
+        if tuple(piece.shape) != (rows, spec["out_dim"]):
+            return f"item {index}: shape {tuple(piece.shape)}, expected {(rows, spec['out_dim'])}"
+        problem = _same_device(piece, spec["device"])
+        if problem:
+            return f"item {index}: {problem}"
+    return None
+
+
+def output_pieces_are_own_copies(spec: dict, output: Any) -> str | None:
+    """Each item's embedding owns its memory, as the manager's ``clone=True`` asks
+    (``EncoderCudaGraphManager._execute_local``): the encoder cache keeps and frees the pieces one by
+    one, and for models that scatter the graph's output buffer itself the next replay overwrites it.
+    (Ernie scatters the resampler's fresh output, so a dropped clone would cost memory, not values: the
+    differential check cannot see it, this invariant does; tests/unit/test_oracles_ernie.py.)"""
+    if not isinstance(output, list):
+        return f"expected a list, got {type(output).__name__}"
+    seen: dict[int, int] = {}
+    for index, piece in enumerate(output):
+        if piece.numel() == 0:
+            continue
+        pointer = piece.untyped_storage().data_ptr()
+        if pointer in seen:
+            return f"items {seen[pointer]} and {index} share one storage"
+        if piece.untyped_storage().nbytes() != piece.numel() * piece.element_size():
+            return f"item {index} is a view into a larger buffer"
+        seen[pointer] = index
+    return None

@@ -49,6 +49,27 @@ BUGS = [
           "each item's offset includes its own tokens (inclusive cumsum): only visible with 2+ items"),
 ]
 
+# ernie-encoder-output: judged beside the 0.28.0 eager finding (known-issues.json): the graph path as
+# EncoderCudaGraphManager replays it, and encoder_eager_forward's output scattered as its comment promises
+# (strategies.ernie45_vl.inputs.ErnieEncoderGraphOutputInputs).
+_GRAPH_OUTPUT = "strategies.ernie45_vl.inputs:ErnieEncoderGraphOutputInputs"
+BUGS += [
+    Plant("planted-ernie-output-valid-off-by-one", "ernie-encoder-output", _MOD,
+          "num_valid = int((grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]).sum())",
+          "num_valid = int((grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]).sum()) - 1",
+          "host-derived valid-token count one short: the resampler gets the graph output minus its last row",
+          inputs=_GRAPH_OUTPUT),
+    Plant("planted-ernie-output-sorted-indices", "ernie-encoder-output", _MOD,
+          "scatter_output_slices(image_embeds, indices, per_item_out_tokens, dest, clone)",
+          "scatter_output_slices(image_embeds, sorted(indices), per_item_out_tokens, dest, clone)",
+          "pieces scattered in item order instead of batch order: wrong images once the manager reorders the batch",
+          inputs=_GRAPH_OUTPUT),
+    Plant("planted-ernie-output-eager-vit-only", "ernie-encoder-output", _MOD,
+          "return self.resampler_model(image_features, grid_thw)", "return image_features",
+          "the eager fallback returns the ViT's features (0.34.0's half of the fix) where its result is "
+          "scattered directly: pre-merge rows at the ViT's width", inputs=_GRAPH_OUTPUT),
+]
+
 BENIGN = [
     Plant("benign-ernie-rot-gather-flat", "ernie-rot-pos-emb", _MOD,
           "rotary_pos_emb = rotary_pos_emb_full[pos_ids].flatten(1)",
@@ -64,6 +85,20 @@ BENIGN = [
           "np.concatenate(slice_offsets, axis=-1), device=x.device",
           "np.concatenate(slice_offsets, axis=-1), device=x.device, dtype=torch.int32",
           "index_select takes int32 indices as well"),
+    Plant("benign-ernie-output-prod", "ernie-encoder-output", _MOD,
+          "num_valid = int((grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]).sum())",
+          "num_valid = int(grid_thw.prod(-1).sum())",
+          "the valid-token count as a product along the row", inputs=_GRAPH_OUTPUT),
+    Plant("benign-ernie-output-whole-buffer", "ernie-encoder-output", _MOD,
+          "image_embeds = self.resampler_model(output[:num_valid], grid_thw)",
+          "image_embeds = self.resampler_model(output, grid_thw)",
+          "the padded graph rows go through the row-wise layers too, but fwd_placeholder gathers only the "
+          "grid's rows (temporal conv on, Ernie's config)", inputs=_GRAPH_OUTPUT),
+    Plant("benign-ernie-output-eager-uncast-pixels", "ernie-encoder-output", _MOD,
+          'pixel_values = mm_kwargs["pixel_values"].type(self.vision_model.dtype)',
+          'pixel_values = mm_kwargs["pixel_values"]',
+          "the eager fallback leaves the processor's pixel dtype: Ernie4_5_VisionPatchEmbed.forward casts to "
+          "its weight's dtype first thing", inputs=_GRAPH_OUTPUT),
 ]
 
 # Only visible on CUDA (a sync regression, outputs unchanged).

@@ -392,3 +392,77 @@ def test_shared_plants_cover_two_targets():
     assert len({p.base_target for p in ERNIE_SHARED}) >= 2
 
 
+
+
+# -- ernie-encoder-output ----------------------------------------------------------------------
+
+(OUTPUT,) = lookup(["ernie-encoder-output"])
+
+
+def output_spec(grid: list[list[int]], *, path: str = "graph", order: str = "descending", merge: int = 2,
+                embed_dim: int = 3, out_dim: int = 5, grid_form: str = "runner") -> dict:
+    tokens = sum(h * w for _, h, w in grid) // merge**2
+    return {"device": "cpu", "merge": merge, "head_dim": 8, "backend": "FLASH_ATTN", "rotary_on": "device",
+            "patch_size": 2, "in_channels": 1, "embed_dim": embed_dim, "out_dim": out_dim, "grid_thw": grid,
+            "grid_form": grid_form, "grid_dtype": "int64", "pixel_dtype": "float32", "path": path,
+            "order": order, "max_batch_size": len(grid) + 1, "token_budget": tokens + 3, "seed": 7}
+
+
+OUTPUT_GRID = [[1, 2, 4], [1, 4, 4], [1, 2, 2]]  # three sizes: the manager's batch order is not the items'
+
+
+def test_output_invariants_hold_on_both_copies_and_the_graph_path_agrees():
+    spec = output_spec(OUTPUT_GRID)
+    outputs = {side: call(OUTPUT, spec, side) for side in SIDES}
+    for side in SIDES:
+        assert oracles.output_one_piece_per_item(spec, outputs[side]) is None
+        assert oracles.output_pieces_are_own_copies(spec, outputs[side]) is None
+    for legacy, optimized in zip(outputs["legacy"], outputs["optimized"]):
+        torch.testing.assert_close(optimized, legacy)
+
+
+def test_output_order_follows_the_items_not_the_batch():
+    ascending = call(OUTPUT, output_spec(OUTPUT_GRID, order="ascending"))
+    descending = call(OUTPUT, output_spec(OUTPUT_GRID, order="descending"))
+    for first, second in zip(ascending, descending):
+        torch.testing.assert_close(first, second)
+
+
+def test_one_piece_per_item_flags_a_missing_item_and_wrong_shapes():
+    spec = output_spec(OUTPUT_GRID)
+    output = call(OUTPUT, spec)
+    assert "one embedding per item" in oracles.output_one_piece_per_item(spec, output[:-1])
+    assert "item 1: shape" in oracles.output_one_piece_per_item(spec, [output[0], output[1][:-1], output[2]])
+    assert "item 0: shape" in oracles.output_one_piece_per_item(spec, [output[0][:, :-1]] + output[1:])
+    swapped = [output[1], output[0], output[2]]  # items 0 and 1 differ in size
+    assert oracles.output_one_piece_per_item(spec, swapped) is not None
+
+
+def test_own_copies_flags_views_of_one_buffer():
+    spec = output_spec(OUTPUT_GRID)
+    output = call(OUTPUT, spec)
+    assert "share one storage" in oracles.output_pieces_are_own_copies(spec, [output[0], output[1], output[0]])
+    views = list(torch.cat(output).split([2, 4, 1]))  # what scatter_output_slices gives without clone=True
+    assert "view into a larger buffer" in oracles.output_pieces_are_own_copies(spec, views)
+
+
+def test_finding_0_28_0_eager_fallback_runs_the_resampler_twice():
+    """0.28.0's encoder_eager_forward returns merged embeddings (LM width) and the manager's
+    postprocess_encoder_output resamples them again: a shape error where the LM is wider than the ViT.
+    0.27.1's path (legacy) gives the embeddings; known-issues.json accepts it (0.34.0 fixed it)."""
+    spec = output_spec(OUTPUT_GRID, path="eager")
+    assert oracles.output_one_piece_per_item(spec, call(OUTPUT, spec, "legacy")) is None
+    with pytest.raises(RuntimeError):
+        call(OUTPUT, spec, "optimized")
+
+
+@pytest.mark.parametrize("contract", CONTRACTS)
+@settings(max_examples=30, derandomize=True)
+@given(data=st.data())
+def test_output_graph_path_satisfies_every_oracle(contract, data):
+    from strategies.ernie45_vl.inputs import ErnieEncoderGraphOutputInputs
+
+    spec = data.draw(ErnieEncoderGraphOutputInputs().specs(("cpu",), contract))
+    result = run_example(OUTPUT, spec)
+    assert result.verdict is Verdict.AGREE, (spec, result.mismatches)
+    assert not result.oracles, (spec, result.oracles)
