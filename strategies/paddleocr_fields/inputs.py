@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -51,89 +51,19 @@ from hypothesis import strategies as st
 
 from fuzz.api import HarnessError, Impl
 from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, float_dtypes, int_dtypes, seeded_floats
+from strategies.field_batches import (
+    CALLER_FIELD_PLACEMENTS,
+    WIDE_FIELD_PLACEMENTS,
+    engine_kwargs,
+    field_configs,
+    segment_ids,
+)
 
-SIDES = ("legacy", "optimized")
 PROCESSOR = "PaddleOCRVLMultiModalProcessor"
 MAX_POSITIONS = 64  # the stand-in tower's position table: h * w <= 8 * 8
-CALLER_PLACEMENT = {"legacy": "engine", "optimized": "engine"}
-FIELD_PLACES = ("engine", "device", "cpu")
-
-CALLER_FIELD_PLACEMENTS = st.just(dict(CALLER_PLACEMENT))
-WIDE_FIELD_PLACEMENTS = st.fixed_dictionaries(
-    {"legacy": st.sampled_from(["engine", "cpu"]), "optimized": st.just("engine")}
-)
 EVEN_SIDES = st.sampled_from([2, 4, 6, 8])
 PATCH_SIDES = st.integers(1, 2)
 WIDTHS = st.integers(1, 4)
-
-
-def field_side(side: str) -> str:
-    """Whose ``spec["field_on"]`` entry ``side`` follows: the optimized copy, its mutants and the rebuilt
-    newer release run as ``"optimized"``."""
-    return "legacy" if side == "legacy" else "optimized"
-
-
-def field_configs(module: ModuleType, processor: str, hf_inputs: dict) -> dict[str, Any]:
-    """The side's own ``processor._get_mm_fields_config(hf_inputs, {})``, called as the engine calls it
-    (no processor state is read, so the processor is not constructed)."""
-    cls = getattr(module, processor, None)
-    if cls is None or not hasattr(cls, "_get_mm_fields_config"):
-        raise HarnessError(f"{module.__name__} has no {processor}._get_mm_fields_config")
-    return dict(cls._get_mm_fields_config(cls.__new__(cls), hf_inputs, {}))
-
-
-def field_items(config: Any, name: str, value: torch.Tensor, per_item: Sequence[int] | None) -> list[torch.Tensor]:
-    """One field's per-item elements, as the engine slices the processor's output. ``per_item``: the rows
-    of each item in a flat ``value``, or None for one row per item (a grid). ``batched``: one element per
-    item (a flat value split per item first, as 0.28.0's ``_call_hf_processor`` did); ``flat``: sliced by
-    the config's own sizes."""
-    if config.kind == "batched":
-        return list(value) if per_item is None else list(value.split(list(per_item)))
-    if config.kind == "flat":
-        sizes = [int(s) for s in config.sizes.tolist()]
-        items = len(value) if per_item is None else len(per_item)
-        if len(sizes) != items:  # MultiModalKwargsItems.from_hf_inputs refuses fields of unequal batch sizes
-            raise ValueError(f"Cannot merge different batch sizes for modality: {name} has {len(sizes)} items, "
-                             f"the batch {items}")
-        # MultiModalFlatField.build_elems: data[start:start + size] per item, whatever the sizes add up to.
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        return [value[start:start + size] for start, size in zip(starts, sizes)]
-    raise HarnessError(f"{name}: field kind {config.kind!r} is not drawn here")
-
-
-def reduce_items(config: Any, items: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
-    """``_reduce_data`` of the field's kind: ``batched`` stacks equal shapes (else a list), ``flat``
-    concatenates."""
-    if config.kind == "flat":
-        return torch.cat(items)
-    if all(item.shape == items[0].shape for item in items):
-        return torch.stack(items)
-    return items
-
-
-def field_device(spec: dict, side: str, config: Any) -> str:
-    """Where ``side``'s engine puts a field (module docstring)."""
-    where = spec["field_on"][field_side(side)]
-    if where not in FIELD_PLACES:
-        raise HarnessError(f"field_on must be one of {FIELD_PLACES}, not {where!r}")
-    if where == "engine":
-        return "cpu" if getattr(config, "keep_on_cpu", False) else spec["device"]
-    return spec["device"] if where == "device" else "cpu"
-
-
-def engine_kwargs(spec: dict, side: str, configs: dict[str, Any], hf_outputs: dict[str, torch.Tensor],
-                  per_item: dict[str, Sequence[int] | None]) -> dict[str, Any]:
-    """The kwargs ``side``'s engine hands ``embed_multimodal``: each field sliced, batched and placed by
-    its config. ``per_item[name]``: the rows of each item in the flat ``hf_outputs[name]`` (None: one row
-    per item)."""
-    kwargs: dict[str, Any] = {}
-    for name, value in hf_outputs.items():
-        if name not in configs:
-            raise HarnessError(f"the field config has no {name!r}")
-        batch = reduce_items(configs[name], field_items(configs[name], name, value, per_item[name]))
-        device = field_device(spec, side, configs[name])
-        kwargs[name] = batch.to(device) if isinstance(batch, torch.Tensor) else [t.to(device) for t in batch]
-    return kwargs
 
 
 def seed_parameters(module: nn.Module, dtype: str, seed: int, device: str) -> nn.Module:
@@ -143,15 +73,6 @@ def seed_parameters(module: nn.Module, dtype: str, seed: int, device: str) -> nn
         for i, (_, param) in enumerate(sorted(module.named_parameters(), key=lambda item: item[0])):
             param.copy_(seeded_floats(tuple(param.shape), dtype, seed + 101 * (i + 1), "cpu"))
     return module.to(device).eval()
-
-
-def segment_ids(cu_seqlens: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each token's segment in ``cu_seqlens`` and whether the segments tile ``[0, count)`` exactly
-    (varlen attention reads out of bounds otherwise). Device ops only."""
-    tokens = torch.arange(count, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
-    segment = torch.searchsorted(cu_seqlens, tokens, right=True) - 1
-    covered = (cu_seqlens[0] == 0) & (cu_seqlens[-1] == count)
-    return segment, covered
 
 
 class RecordingPaddleTower(nn.Module):
