@@ -1,0 +1,43 @@
+"""keep-on-cpu-paddleocr-grid-thw: PaddleOCR-VL's image field config and its consumer, vllm 0.28.0 -> 0.34.0.
+
+Two upstream steps, one target: 0.29.0 marks ``image_grid_thw`` ``keep_on_cpu=True`` (the grid reaches the
+model on the host), and 0.33.0 batches the image path (``pixel_values`` ``flat_from_sizes`` instead of
+per-image ``batched``; ``_process_image_input`` reads the host grid with ``.tolist()`` and makes one
+``encode_image`` call for the whole batch with a multi-segment ``cu_seqlens``; ``Projector.forward`` runs
+norm and MLP over the concatenated images). 0.33.0 and 0.34.0 hold the same text for all four.
+"""
+
+from fuzz.api import Comparison, Target
+
+VERSIONS = ("0.28.0", "0.34.0")
+DESIGN_ROWS = (99,)
+_PADDLE = "vllm/model_executor/models/paddleocr_vl.py"
+
+TARGETS = [
+    Target(
+        name="keep-on-cpu-paddleocr-grid-thw",
+        upstream=(
+            f"{_PADDLE}::PaddleOCRVLForConditionalGeneration._process_image_input",
+            f"{_PADDLE}::PaddleOCRVLMultiModalProcessor._get_mm_fields_config",
+            f"{_PADDLE}::PaddleOCRVLForConditionalGeneration.encode_image",
+            f"{_PADDLE}::Projector.forward",
+        ),
+        legacy="legacy.paddleocr_fields:PaddleOCRVLForConditionalGeneration.embed_multimodal",
+        optimized="optimized.paddleocr_fields:PaddleOCRVLForConditionalGeneration.embed_multimodal",
+        inputs="strategies.paddleocr_fields.inputs:PaddleOCRGridThwInputs",
+        # One tower call and one projector matmul for the batch (0.34.0) against one per image (0.28.0):
+        # the same per-token math, summed in another blocking.
+        comparison=Comparison(floats="close"),
+        # 0.34.0: the grid is a host tensor (.tolist(), the projector's t/h/w: no sync); position ids go
+        # up from a pinned buffer non-blocking; cu_seqlens stay on the host for the tower (whose
+        # stand-in stages them pinned, as SiglipEncoder's async_tensor_h2d does).
+        expected_optimized_syncs=0,
+        versions=VERSIONS,
+        description="image_grid_thw kept on CPU and the image batch encoded in one tower call: "
+                    "grid read on the host for sizes, position ids and cu_seqlens",
+        invariants=(
+            "strategies.paddleocr_fields.oracles:paddleocr_fields_one_embedding_per_image",
+            "strategies.paddleocr_fields.oracles:paddleocr_fields_tower_segments",
+        ),
+    ),
+]
