@@ -54,7 +54,10 @@ class InputModel(Protocol):
     The engine runs each drawn spec on every device of the run, with ``"device"`` replaced: one Hypothesis
     draw serves them all. A model whose draws depend on the device (a form only CUDA has, an input kept off
     CUDA) also defines ``runs_on(spec, device) -> bool``, false where the spec must not run on ``device``;
-    without it every spec runs on every device (fuzz.engine.devices.on_devices)."""
+    without it every spec runs on every device (fuzz.engine.devices.on_devices). A model whose draws depend on
+    what the two sides' code supports (a side rebuilt from an older release lacks a fallback the other has)
+    defines ``for_sides({"legacy": impl, "optimized": impl}) -> InputModel``: the engine draws from the model it
+    returns (fuzz.engine.runner.model_for_sides); it must say in its docstring what it stops drawing."""
 
     def specs(self, devices: Sequence[str], contract: str) -> SearchStrategy[dict]:
         """Specs: plain JSON data including ``"device"``, one of ``devices``; never tensors."""

@@ -432,13 +432,23 @@ def fuzz_target(target: Target, config: RunConfig, deadline: float | None = None
             outcome.measure.stop()
 
 
+def model_for_sides(target: Target) -> Any:
+    """The target's input model, told the code of both sides where it asks: an optional
+    ``for_sides({"legacy": impl, "optimized": impl}) -> InputModel`` returns the model whose draws fit what
+    both sides support (fuzz.interface.InputModel; strategies/buffer_utils/inputs.py: a side rebuilt from a
+    release without the NonUvaBuffer fallback is never asked for it). Without the hook, the model as it is."""
+    model = target.input_model()
+    hook = getattr(model, "for_sides", None)
+    return hook({side: target.impl(side) for side in ("legacy", "optimized")}) if hook else model
+
+
 def _fuzz(target: Target, config: RunConfig, deadline: float | None, hooks: Hooks, first_chunk: int,
           outcome: TargetOutcome, rule: str) -> TargetOutcome:
     started = outcome.started = time.monotonic()
     outcome.deadline = deadline
     for device in outcome.devices:
         outcome.tallies[device] = TallyCounter()
-    model = target.input_model()
+    model = model_for_sides(target)
     strategy = st.lists(model.specs(outcome.devices, config.contract),
                         min_size=MIN_SPECS_PER_CASE, max_size=SPECS_PER_CASE)
     # One draw, every device (fuzz.engine.devices.on_devices): each drawn spec runs on every device of the run the

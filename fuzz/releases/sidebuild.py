@@ -11,8 +11,15 @@ holds that is not an upstream definition (stand-ins, module-level imports and
 constants) is kept as it is, and imports of the copy's own package are
 pointed at the rebuilt package.
 
+A definition the new source's file does not have (a release older than the
+copy: 0.28.0 has no ``NonUvaBuffer``) is left out of the rebuilt module
+(``removed``): the copy's later text is not that source's code. Only what
+still needs it fails (``_still_needed``): a definition naming a left-out
+function or class, or reading ``.m`` where ``m`` was only a left-out method
+and nothing assigns it; one the module's import needs stays, failed.
+
 What cannot be rebuilt mechanically is recorded per definition, never
-guessed: the definition is gone, upstream changed lines the copy adapts, a
+guessed: the file is gone, upstream changed lines the copy adapts, a
 class's own lines (fields, bases) changed, or the new text needs a vllm name
 the namespace lacks. A new helper that the new text calls and that its own
 upstream file defines (a function, a class, a constant, a non-vllm import)
@@ -64,6 +71,7 @@ class ModuleBuild:
     changed: list[str] = field(default_factory=list)  # qualnames whose upstream text differs from base
     pulled: list[str] = field(default_factory=list)  # new upstream helpers brought in
     failed: dict[str, str] = field(default_factory=dict)  # qualname -> why it keeps the copy's text
+    removed: dict[str, str] = field(default_factory=dict)  # qualname -> why it is left out: the release lacks it
     error: str | None = None  # the module as a whole could not be built
 
 
@@ -384,18 +392,29 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
     replacements: list[tuple[int, int, list[str], str, str]] = []
     added: set[str] = set()  # methods upstream added to a class the copy holds
     checks: dict[str, str] = {}  # qualname -> the text to find its new names in, where not its merged lines
+    removals: list[tuple[int, int, list[str]]] = []  # rows of the definitions the new release does not have
     for span in walk_spans(tree.body):
         if span.qualname in build.failed or header_row(lines, span) in facts.adapted:
             continue  # failed before, or a stand-in: the harness's own, kept
+        owner = next((gone for gone in build.removed if span.qualname.startswith(gone + ".")), None)
+        if owner is not None:  # a member of a class the release does not have: it goes with its class
+            build.removed[span.qualname] = f"{span.qualname} is not in {new.label} (nor is its class {owner})"
+            continue
         found = _closest(base_files, span, lines)
         if found is None:
             continue  # not an upstream definition (provenance says so when it matters)
         base_file, base_span = found
         hit = _find(new_files, span.qualname, span.kind, prefer=base_file.path)
         if hit is None:
-            shim = resolved(new, base_file.path).problem
-            build.failed[span.qualname] = (f"{span.qualname} is not in {new.label} ({base_file.path})"
-                                           + (f": {shim}" if shim else ""))
+            there = resolved(new, base_file.path)
+            why = f"{span.qualname} is not in {new.label} ({base_file.path})" + (
+                f": {there.problem}" if there.problem else "")
+            if there.text is None or there.problem:
+                build.failed[span.qualname] = why  # the file is not there to say the definition is absent
+                continue
+            # Absent from a file the release has: not the release's code, so not in its side (module docstring).
+            build.removed[span.qualname] = why
+            removals.append((first_row(facts, span.start), span.end, []))
             continue
         new_file, new_span = hit
         if span.kind == "class":
@@ -443,8 +462,14 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
             build.failed[span.qualname] = f"{span.qualname} now imports {inside[0]} inside its body"
             continue
         replacements.append((first, span.end, merged, new_file.path, span.qualname))
-    for first, end, merged, _, _ in sorted(replacements, reverse=True):
-        lines[first - 1:end] = merged
+    edits = [*((first, end, merged) for first, end, merged, _, _ in replacements), *removals]
+    for first, end, merged in sorted(edits, key=lambda edit: (edit[0], edit[1]), reverse=True):
+        lines[first - 1:end] = merged  # a removal before an insertion at its first row (a class's new methods)
+    if build.removed:
+        still = {qualname: why for qualname, why in _still_needed(lines, build.removed).items()
+                 if qualname not in build.failed}  # one failed before keeps the copy's text, and fails as it is
+        if still:
+            return build, still
     puller = _Puller(new_files, _bound_at_module_level(ast.parse("\n".join(lines))),
                      helper_modules(template, skip=name), stand_ins(template, name), package, name,
                      moved_modules(new, paths))
@@ -467,6 +492,81 @@ def _attempt(name: str, template: str, base: Source, new: Source, paths: Sequenc
         build.pulled += list(puller.names)
     build.text = _point_imports("\n".join(_with_lazy_annotations(lines)) + "\n", template, package)
     return build, {}
+
+
+def _still_needed(lines: Sequence[str], removed: dict[str, str]) -> dict[str, str]:
+    """What the rebuilt module, with the definitions its release lacks (``removed``: qualname -> why) left
+    out, still needs of them: qualname -> why, for the next attempt to record as failed ({} when nothing).
+
+    A removed definition that import itself needs (a module-level statement, a decorator, a default, a
+    base or a class body names it) is kept, failed, as before the rule: without it the module would not
+    import. A definition whose body needs one fails: it names a removed module-level function or class
+    that nothing else binds (a NameError when it runs), or reads ``.m`` where ``m`` was only a removed
+    member -- no remaining definition is so named and nothing assigns ``x.m`` or a class attribute ``m``
+    (an AttributeError; generous, as ``reach`` is: any ``x.m`` counts). Without the removed text every
+    definition must parse: a class left empty keeps its removed members, failed."""
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:  # a class whose every statement was removed: keep them, as before the rule
+        return {qualname: why for qualname, why in removed.items() if "." in qualname}
+    tree = ast.fix_missing_locations(_DropAnnotations().visit(tree))  # never evaluated (lazy annotations)
+    units = {qualname: node for node, qualname in _defs(tree.body, "")}
+    gone = {q for q in removed if "." not in q} - _bound_at_module_level(tree)
+    supplied = {q.rpartition(".")[2] for q in units if "." in q} | _assigned_attributes(tree)
+    members: dict[str, list[str]] = {}
+    for qualname in removed:
+        if "." in qualname and qualname.rpartition(".")[2] not in supplied:
+            members.setdefault(qualname.rpartition(".")[2], []).append(qualname)
+
+    def family(qualname: str) -> dict[str, str]:  # a kept class keeps its members
+        return {q: why for q, why in removed.items() if q == qualname or q.startswith(qualname + ".")}
+
+    kept: dict[str, str] = {}
+    for part in _import_time_parts(tree.body):
+        for sub in ast.walk(part):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in gone:
+                kept.update(family(sub.id))
+            elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Load) and sub.attr in members:
+                for qualname in members[sub.attr]:
+                    kept.update(family(qualname))
+    if kept:
+        return kept
+    failing: dict[str, str] = {}
+    for qualname, node in units.items():
+        if isinstance(node, ast.ClassDef):
+            continue  # its own lines run at import: above
+        names = sorted(global_names(ast.unparse(node)) & gone)
+        attrs = sorted({sub.attr for sub in ast.walk(node) if isinstance(sub, ast.Attribute)
+                        and isinstance(sub.ctx, ast.Load) and sub.attr in members})
+        if names:
+            failing[qualname] = f"{qualname} uses {names[0]}, but {removed[names[0]]}"
+        elif attrs:
+            failing[qualname] = (f"{qualname} uses .{attrs[0]}, but {removed[members[attrs[0]][0]]} and nothing "
+                                 f"else defines or assigns .{attrs[0]}")
+    return failing
+
+
+def _assigned_attributes(tree: ast.Module) -> set[str]:
+    """Attribute names the module assigns (``self.uva = ...``) or its classes bind in their bodies."""
+    found = {sub.attr for sub in ast.walk(tree) if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            found |= _bound_at_module_level(ast.Module(body=node.body, type_ignores=[])) - MODULE_NAMES
+    return found
+
+
+def _import_time_parts(body: Iterable[ast.stmt]) -> Iterable[ast.AST]:
+    """What runs when the module is imported: its statements, and of each definition its decorators,
+    defaults and bases and a class body's own statements; not the bodies of functions."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield from node.decorator_list
+            yield from (d for d in [*node.args.defaults, *node.args.kw_defaults] if d is not None)
+        elif isinstance(node, ast.ClassDef):
+            yield from [*node.decorator_list, *node.bases, *node.keywords]
+            yield from _import_time_parts(node.body)
+        else:
+            yield node
 
 
 def _head_end(span: Span, before_child: int) -> int:

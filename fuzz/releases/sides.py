@@ -415,15 +415,9 @@ def _built_path(target: Target, role: str, spec: str, search: Sequence[str]) -> 
     where = f"{role} {spec} ({template}/{short}.py rebuilt)"
     if build.error:
         raise CannotBuild(f"{where}: {build.error}")
-    # What a call of the entry point may run, and of every definition the target claims: an input model
-    # may call a claimed hook directly (ernie's CUDA-graph capture and replay methods).
-    needed = reach(build.text, qualname)
-    for ref in target.upstream:
-        needed |= reach(build.text, ref.partition("::")[2])
-    failed = [reason for name, reason in build.failed.items() if name in needed]
-    if failed:
-        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
-        raise CannotBuild(f"{where}: {failed[0]}{more}")
+    problem = unbuilt(build, qualname, [ref.partition("::")[2] for ref in target.upstream])
+    if problem:
+        raise CannotBuild(f"{where}: {problem}")
     path = f"{package.name}.{short}:{qualname}"
     try:
         built = dataclasses.replace(target, **{role: path}).impl(role).function
@@ -441,6 +435,24 @@ def _built_path(target: Target, role: str, spec: str, search: Sequence[str]) -> 
     if problem:
         raise CannotBuild(f"{where}: the input model does not fit {side.version or spec}: {problem}")
     return path
+
+
+def unbuilt(build: ModuleBuild, entry: str, claimed: Sequence[str] = ()) -> str | None:
+    """Why a call of ``entry`` cannot run on the rebuilt module (one line), or None: the entry point is a
+    definition the release does not have, or what a call of it may run -- and of every definition the
+    target claims: an input model may call a claimed hook directly (ernie's CUDA-graph capture and replay
+    methods) -- failed to rebuild. A definition the release lacks is not in the module (``build.removed``):
+    only what still needs it fails (fuzz/releases/sidebuild.py ``_still_needed``), never its absence."""
+    if entry in build.removed:
+        return build.removed[entry]
+    needed = reach(build.text, entry)
+    for name in claimed:
+        needed |= reach(build.text, name)
+    failed = [reason for name, reason in build.failed.items() if name in needed]
+    if not failed:
+        return None
+    more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+    return f"{failed[0]}{more}"
 
 
 def _check_signature(target: Target, template: str, built: Any, where: str) -> None:

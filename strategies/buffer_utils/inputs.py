@@ -32,6 +32,16 @@ Two targets, one copy module (legacy/buffer_utils.py, optimized/buffer_utils.py)
 Both draw the platform too: ``uva`` False builds the buffers with ``is_uva_available()`` false, the
 ``NonUvaBuffer`` fallback (no pinned memory, or NVIDIA Confidential Computing in 0.34.0).
 
+What a side supports (``SideSupport``, from ``for_sides``: fuzz.interface.InputModel): a side rebuilt from a
+release before 0.30.0 (``--legacy vllm==0.28.0``) has no ``NonUvaBuffer`` -- its ``UvaBuffer`` raises
+``RuntimeError("UVA is not available")`` on such a platform, where it was never run -- and its
+``UvaBufferPool.copy_to_uva`` does not grow a slot (its callers, 0.28.0's ``StagedWriteTensor.apply_write``
+with one write per row and no contents pool, and ``UvaBackedTensor``, never pass more rows than the size).
+With such a side the fallback (``uva`` False) is not drawn, and ``PoolInputs`` draws ``n`` up to the pool's
+size only: those inputs are outside what that release was built for, not differences to find. A spec saved
+with them still runs on it: ``uva`` False is refused there as an input the side cannot take (HarnessError),
+a grown slot shows as the side's own error.
+
 Values are seeded (``{"len", "seed"}``), so a spec stays small when a row is long (rows past
 ``_WRITE_BLOCK_SIZE`` = 1024 elements take two kernel programs).
 
@@ -45,14 +55,16 @@ from __future__ import annotations
 
 import array
 import functools
+import inspect
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzz.api import HarnessError, Impl, consumer_reads, engine_waited
+from fuzz.api import FORM_ATTRIBUTE, HarnessError, Impl, consumer_reads, engine_waited
 from strategies.common import choice_of, devices
 
 DTYPES = {"int32": torch.int32, "int64": torch.int64, "float32": torch.float32}
@@ -103,6 +115,45 @@ def value_form(values: list, form: str, dtype: str, by_reference: bool) -> Any:
     raise HarnessError(f"unknown value form {form!r}")
 
 
+@dataclass(frozen=True)
+class SideSupport:
+    """What both sides' buffer_utils.py support (module docstring): true unless a side is known to lack it."""
+
+    fallback: bool = True  # NonUvaBuffer, for a platform without UVA (0.30.0 on)
+    grows: bool = True  # UvaBufferPool.copy_to_uva grows a slot past the pool's size (0.30.0 on)
+
+
+def has_fallback(impl: Impl) -> bool:
+    """Whether the side's module defines ``NonUvaBuffer`` (``UvaBufferPool.__init__``'s fallback)."""
+    return hasattr(impl.module, "NonUvaBuffer")
+
+
+def pool_grows(impl: Impl) -> bool:
+    """Whether the side's ``UvaBufferPool`` replaces a slot too small for ``x`` (``self._uva_bufs[self._curr] =
+    buf``: 0.30.0's ``copy_to_uva``, 0.34.0's ``_next_buf``); True when its source cannot be read (a difference
+    then shows)."""
+    try:
+        source = inspect.getsource(impl.module.UvaBufferPool)
+    except (AttributeError, OSError, TypeError):
+        return True
+    return "self._uva_bufs[self._curr] = buf" in " ".join(source.split())
+
+
+def side_support(impls: Mapping[str, Impl]) -> SideSupport:
+    """What every side of the run supports (``for_sides``). Only a side rebuilt from a source is judged: the
+    copies (0.33.0, 0.34.0) have both, and a planted edit of one must never narrow what is drawn."""
+    rebuilt = [impl for impl in impls.values() if hasattr(impl.module, FORM_ATTRIBUTE)]
+    return SideSupport(fallback=all(has_fallback(impl) for impl in rebuilt),
+                       grows=all(pool_grows(impl) for impl in rebuilt))
+
+
+def refuse_unsupported(spec: dict, impl: Impl) -> None:
+    """A saved spec asking a side for the fallback it does not have: an input it cannot take."""
+    if not spec["uva"] and not has_fallback(impl):
+        raise HarnessError(f"{impl.path}: this side has no NonUvaBuffer (vllm before 0.30.0), so it cannot build "
+                           "buffers on a platform without UVA (spec uva False); its UvaBuffer raises there")
+
+
 @contextmanager
 def platform(module: Any, uva: bool, device: str) -> Iterator[None]:
     """Build and use buffers as on a platform with (``uva``) or without UVA, for ``device``: the side
@@ -147,7 +198,8 @@ SEEDS = st.integers(0, 2**31 - 1)
 
 
 @st.composite
-def _staged_write_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+def _staged_write_specs(draw: st.DrawFn, available: Sequence[str], contract: str,
+                        support: SideSupport = SideSupport()) -> dict:
     wide = contract == "wide"
     dtype = draw(choice_of(("int32", "int64", "float32") if wide else ("int32", "int32", "float32")))
     rows = draw(ROWS)
@@ -173,7 +225,7 @@ def _staged_write_specs(draw: st.DrawFn, available: Sequence[str], contract: str
         "rows": rows,
         "cols": cols,
         "uva_instead_of_gpu": draw(st.booleans()),
-        "uva": draw(st.booleans()),
+        "uva": draw(st.booleans()) if support.fallback else True,
         "max_concurrency": draw(choice_of((None, 2, 3))) if wide else None,
         "steps": steps,
     }
@@ -211,13 +263,21 @@ class StagedWriteInputs:
     tensor at the end, "pending": writes still staged}``: all a caller can observe (the runner's
     kernels read ``.gpu``; FusedStagedWriter reads the staged lists)."""
 
+    def __init__(self, support: SideSupport = SideSupport()) -> None:
+        self.support = support
+
+    def for_sides(self, impls: Mapping[str, Impl]) -> StagedWriteInputs:
+        """This model drawing only what both sides support (module docstring)."""
+        return StagedWriteInputs(side_support(impls))
+
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
-        return _staged_write_specs(available, contract)
+        return _staged_write_specs(available, contract, self.support)
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         cls = impl.owner
         dtype = DTYPES[spec["dtype"]]
         size = spec["rows"] if spec["cols"] is None else (spec["rows"], spec["cols"])
+        refuse_unsupported(spec, impl)
         with platform(impl.module, spec["uva"], spec["device"]):
             tensor = cls(size, dtype, torch.device(spec["device"]), max_concurrency=spec["max_concurrency"],
                          uva_instead_of_gpu=spec["uva_instead_of_gpu"])
@@ -263,7 +323,8 @@ POOL_FORMS_WIDE = ("list", "ndarray", "tensor")
 
 
 @st.composite
-def _pool_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+def _pool_specs(draw: st.DrawFn, available: Sequence[str], contract: str,
+                support: SideSupport = SideSupport()) -> dict:
     wide = contract == "wide"
     dtype = draw(choice_of(("int32", "int64", "float32")))
     size = draw(st.integers(1, 6))
@@ -273,13 +334,14 @@ def _pool_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dic
         form = draw(choice_of(POOL_FORMS_WIDE if wide else POOL_FORMS_CALLER))
         # Lists (StagedWriteTensor's staged ints) go to 1-D pools only: the pool is 2-D only when
         # no call passes a list (below). n up to the pool's size (UvaBackedTensor.np[:n]) and past
-        # it (the staged lists; the contents pool of size 1): the slot grows.
-        calls.append({"form": form, "n": draw(st.integers(0, size * 3)), "seed": draw(SEEDS)})
+        # it (the staged lists; the contents pool of size 1): the slot grows -- where both sides grow one.
+        calls.append({"form": form, "n": draw(st.integers(0, size * 3 if support.grows else size)),
+                      "seed": draw(SEEDS)})
     return {
         "device": draw(devices(available)),
         "dtype": dtype,
         "size": [size, *inner] if inner and all(c["form"] != "list" for c in calls) else size,
-        "uva": draw(st.booleans()),
+        "uva": draw(st.booleans()) if support.fallback else True,
         "max_concurrency": draw(choice_of((None, 2, 3))) if wide else None,
         "calls": calls,
     }
@@ -315,10 +377,18 @@ class PoolInputs:
     intact until its slot comes round again (``_DEFAULT_MAX_CONCURRENCY``: "Must be >= the
     number of concurrent in-flight steps")."""
 
+    def __init__(self, support: SideSupport = SideSupport()) -> None:
+        self.support = support
+
+    def for_sides(self, impls: Mapping[str, Impl]) -> PoolInputs:
+        """This model drawing only what both sides support (module docstring)."""
+        return PoolInputs(side_support(impls))
+
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
-        return _pool_specs(available, contract)
+        return _pool_specs(available, contract, self.support)
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
+        refuse_unsupported(spec, impl)
         with platform(impl.module, spec["uva"], spec["device"]):
             pool = impl.owner(spec["size"], DTYPES[spec["dtype"]], spec["max_concurrency"])
         inputs = [_pool_input(pool_values(spec, c), c["form"]) for c in spec["calls"]]
@@ -348,7 +418,8 @@ FUSED_FORMS_WIDE = ("list", "tuple", "range", "array")
 
 
 @st.composite
-def _fused_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
+def _fused_specs(draw: st.DrawFn, available: Sequence[str], contract: str,
+                 support: SideSupport = SideSupport()) -> dict:
     """BlockTables with 2-3 KV cache groups (block_table.py: the fused writer exists only then), each
     an int32 StagedWriteTensor (max_num_reqs, max_num_blocks of the group); per step, each group's
     writes go to distinct requests, ``start`` the blocks the row holds so far (any, on overwrite 0),
@@ -365,8 +436,8 @@ def _fused_specs(draw: st.DrawFn, available: Sequence[str], contract: str) -> di
                 writes.append({"group": group, "index": row, "start": start, "form": draw(choice_of(forms)),
                                "len": draw(_lengths(width - start)), "seed": draw(SEEDS)})
         steps.append(writes)
-    return {"device": draw(devices(available)), "rows": rows, "cols": cols, "uva": draw(st.booleans()),
-            "steps": steps}
+    return {"device": draw(devices(available)), "rows": rows, "cols": cols,
+            "uva": draw(st.booleans()) if support.fallback else True, "steps": steps}
 
 
 def group_spec(spec: dict, group: int) -> dict:
@@ -383,11 +454,19 @@ class FusedInputs:
     The thunk returns ``{"steps": [[each group's table] after each step], "gpu": [the tables at the
     end], "pending": writes still staged over all groups}``."""
 
+    def __init__(self, support: SideSupport = SideSupport()) -> None:
+        self.support = support
+
+    def for_sides(self, impls: Mapping[str, Impl]) -> FusedInputs:
+        """This model drawing only what both sides support (module docstring)."""
+        return FusedInputs(side_support(impls))
+
     def specs(self, available: Sequence[str], contract: str) -> st.SearchStrategy[dict]:
-        return _fused_specs(available, contract)
+        return _fused_specs(available, contract, self.support)
 
     def materialize(self, spec: dict, impl: Impl, side: str) -> Callable[[], Any]:
         device = torch.device(spec["device"])
+        refuse_unsupported(spec, impl)
         with platform(impl.module, spec["uva"], spec["device"]):
             tensors = [impl.module.StagedWriteTensor((spec["rows"], width), dtype=torch.int32, device=device)
                        for width in spec["cols"]]

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
 
+import strategies.buffer_utils.inputs as inputs
 import strategies.buffer_utils.oracles as oracles
 from fuzz.engine.execute import run_side
+from fuzz.errors import HarnessError
+from fuzz.releases.sides import bind
 from fuzz.targets import lookup
 
 STAGED, POOL, FUSED = lookup(["staged-write-tensor-apply-write", "uva-buffer-pool-copy-to-uva",
@@ -165,3 +169,58 @@ def test_fused_breaks_are_flagged_per_group():
     assert "group 0: step 1: a cell no write named changed" in oracles.fused_apply_leaves_other_cells_alone(spec, out)
     assert "1 writes still staged" in oracles.fused_apply_clears_the_stage(spec, {**out, "pending": 1})
     assert "2 group tables" in oracles.fused_apply_clears_the_stage(spec, {**out, "gpu": out["gpu"][:1]})
+
+
+# ---- a side rebuilt from 0.28.0: no NonUvaBuffer, no slot growth, one kernel program per write -----------
+
+OLD = "vllm==0.28.0"
+
+
+def on_0_28_0(target):
+    return bind(target, legacy=OLD)
+
+
+@pytest.mark.parametrize("spec", [staged_spec(), staged_spec(uva_instead_of_gpu=True), long_row_spec()],
+                         ids=["int32", "uva-table", "long-row"])
+def test_staged_invariants_hold_on_0_28_0(spec):
+    # 0.28.0's _apply_write_kernel loops over a write's blocks in one program (grid (n,)): the copy's _Launcher
+    # and _check_writes (ADAPTED, kept by the merge) run it the same way.
+    out = output(on_0_28_0(STAGED), spec, "legacy")
+    for invariant in STAGED_INVARIANTS:
+        assert invariant(spec, out) is None, invariant.__name__
+
+
+def test_a_stray_write_is_still_refused_on_0_28_0():
+    module = on_0_28_0(STAGED).impl("legacy").module
+    grid, out = (1,), torch.zeros(2, 4, dtype=torch.int32)
+    ints = lambda *v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    with pytest.raises(IndexError, match="outside the buffers"):
+        module._check_writes(grid, out, 4, ints(1), ints(2), ints(1, 2, 3), ints(3), None)
+
+
+def test_fused_invariants_hold_on_0_28_0():
+    spec = {**fused_spec(), "uva": True}
+    out = output(on_0_28_0(FUSED), spec, "legacy")
+    for invariant in FUSED_INVARIANTS:
+        assert invariant(spec, out) is None, invariant.__name__
+
+
+def test_with_a_0_28_0_side_the_fallback_and_growth_are_not_drawn():
+    assert inputs.side_support({s: POOL.impl(s) for s in SIDES}) == inputs.SideSupport(True, True)  # the copies
+    old = on_0_28_0(POOL)
+    support = inputs.side_support({s: old.impl(s) for s in SIDES})
+    assert support == inputs.SideSupport(fallback=False, grows=False)
+    model = old.input_model().for_sides({s: old.impl(s) for s in SIDES})
+
+    @given(model.specs(["cpu"], "wide"))
+    @settings(max_examples=30, database=None)
+    def drawn(spec):
+        sizes = spec["size"] if isinstance(spec["size"], int) else spec["size"][0]
+        assert spec["uva"] and all(c["n"] <= sizes for c in spec["calls"])
+
+    drawn()
+
+
+def test_a_saved_fallback_spec_is_refused_on_0_28_0_as_an_input_it_cannot_take():
+    with pytest.raises(HarnessError, match="no NonUvaBuffer"):
+        on_0_28_0(POOL).input_model().materialize(pool_spec(uva=False), on_0_28_0(POOL).impl("legacy"), "legacy")
