@@ -45,12 +45,6 @@ SYNC_BUGS = [
           "device = self.device\n        pos_ids = []", "device = grid_thw.device\n        pos_ids = []",
           "position ids built on the (host) grid's device: the device rotary table is indexed with host ids",
           shows_on=("cuda",)),
-    Plant("planted-ernie-fields-max-seqlen-after-copy", _T, _MOD,
-          "cu_seqlens = async_tensor_h2d(cu_seqlens, device)\n",
-          "cu_seqlens = async_tensor_h2d(cu_seqlens, device)\n        max_seqlen = self.compute_attn_mask_seqlen("
-          "cu_seqlens)\n",
-          "max_seqlen recomputed from the device cu_seqlens: the same value, but every block's .item() syncs",
-          shows_on=("cuda",)),
 ]
 
 SHARED_BUGS = [
