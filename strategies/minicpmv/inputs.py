@@ -184,7 +184,14 @@ class MinicpmvResamplerInputs:
         return call
 
 
+def grows_cache(spec: dict) -> bool:
+    """Whether a slice is taller or wider than the cache, so ``_adjust_pos_cache`` rebuilds it."""
+    return any(h > spec["max_size"][0] or w > spec["max_size"][1] for h, w in spec["images"])
+
+
 def resampler_sync_budget(spec: dict) -> int:
-    """Syncs 0.30.0's forward makes by design: none with the sizes on the host (pinned copy); with the sizes
-    on the device (the graph buffer's eager warm-up), ``_adjust_pos_cache``'s two ``.item()`` reads."""
-    return 2 if spec["tgt_on"] == "device" else 0
+    """Syncs 0.30.0's forward may make by design (an upper bound): none with the sizes on the host (pinned
+    copy); with the sizes on the device (the graph buffer's eager warm-up), ``_adjust_pos_cache``'s two
+    ``.item()`` reads; and where a slice outgrows the cache, the rebuilt cache's copy from pageable host
+    memory (``torch.from_numpy(...).float().to(device)`` in ``_set_2d_pos_cache``)."""
+    return (2 if spec["tgt_on"] == "device" else 0) + (1 if grows_cache(spec) else 0)

@@ -30,7 +30,7 @@ TARGETS = [
         # pad_sequence on one side and torch.where on the other.
         comparison=Comparison(floats="close"),
         # Sizes on the host (every eager caller): none; on the device (the graph's warm-up run):
-        # _adjust_pos_cache's two .item() reads (sync_budget).
+        # _adjust_pos_cache's two .item() reads; one more where the cache is rebuilt (sync_budget).
         expected_optimized_syncs=0,
         sync_budget=f"{_INPUTS}:resampler_sync_budget",
         versions=VERSIONS,
