@@ -137,7 +137,8 @@ def test_kv_offsets_catch_wrong_counts_and_a_passed_through_batch():
 def test_kv_host_offsets_catch_a_stale_or_widened_mirror():
     output = _kv()
     output["metadata"]["query_start_loc_cpu"] = torch.zeros_like(output["metadata"]["query_start_loc_cpu"])
-    assert "device" in oracles.kv_host_offsets_mirror_the_device(_KV, output)
+    problem = oracles.kv_host_offsets_mirror_the_device(_KV, output)  # a stale mirror: zeros, the device's not
+    assert problem is not None and problem.startswith("query_start_loc_cpu [0, 0"), problem
     output = _kv()
     output["metadata"]["query_start_loc_cpu"] = output["metadata"]["query_start_loc_cpu"].long()
     assert "int32" in oracles.kv_host_offsets_mirror_the_device(_KV, output)

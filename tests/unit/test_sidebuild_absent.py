@@ -144,3 +144,14 @@ def test_the_staging_buffers_rebuilt_from_0_28_0_have_its_attribute_and_no_fallb
     assert not hasattr(module, "NonUvaBuffer") and not hasattr(module, "_num_write_chunks")
     assert "uva" not in vars(module.UvaBuffer)  # 0.28.0 assigns self.uva in __init__
     assert "self.uva = get_accelerator_view_from_cpu_tensor" in Path(module.__file__).read_text()
+
+
+def test_a_class_left_with_no_statement_keeps_its_members_failed(tmp_path, monkeypatch):
+    """Leaving out every member the release lacks would leave ``class Empty:`` with no body, which does not
+    parse: its members stay, failed, and the module still imports."""
+    base = BASE + "\n\nclass Empty:\n    def only(self):\n        return 1\n"
+    older = OLDER + "\n\nclass Empty:\n    \"\"\"Its one method came later.\"\"\"\n"
+    got = build(tmp_path, monkeypatch, base, older, base)
+    assert "Empty.only" not in got.removed and "Empty.only" in got.failed
+    assert "def only" in got.text
+    load(got.text, tmp_path)  # it imports
