@@ -63,14 +63,17 @@ def field_items(config: Any, name: str, value: torch.Tensor, per_item: Sequence[
     raise HarnessError(f"{name}: field kind {config.kind!r} is not drawn here")
 
 
-def reduce_items(config: Any, items: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
-    """``_reduce_data`` of the field's kind: ``batched`` stacks equal shapes (else a list), ``flat``
-    concatenates."""
-    if config.kind == "flat":
-        return torch.cat(items)
+def batched(items: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+    """A batched field as ``MultiModalBatchedField._reduce_data`` builds it: stacked when every item has the
+    same shape, else a list."""
     if all(item.shape == items[0].shape for item in items):
         return torch.stack(items)
     return items
+
+
+def reduce_items(config: Any, items: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+    """``_reduce_data`` of the field's kind: ``batched`` (above), ``flat`` concatenates."""
+    return torch.cat(items) if config.kind == "flat" else batched(items)
 
 
 def field_device(spec: dict, side: str, config: Any) -> str:

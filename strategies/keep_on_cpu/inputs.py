@@ -70,6 +70,7 @@ from strategies.common import (
     int_dtypes,
     seeded_floats,
 )
+from strategies.field_batches import batched
 from strategies.grids import grid_thws
 
 SIDES = ("legacy", "optimized")
@@ -588,11 +589,9 @@ def _phi4mm_mask(image: dict, side: int, kind: str, generator: torch.Generator) 
 
 
 def _engine_batch(items: list[torch.Tensor], as_list: bool) -> torch.Tensor | list[torch.Tensor]:
-    """A batched field as ``MultiModalBatchedField._reduce_data`` builds it:
-    stacked when every item has the same shape, else a list."""
-    if not as_list and all(t.shape == items[0].shape for t in items):
-        return torch.stack(items)
-    return items
+    """A batched field as the engine hands it (strategies/field_batches.py ``batched``), or the items as a
+    list where the caller passes one."""
+    return items if as_list else batched(items)
 
 
 def phi4mm_sync_budget(spec: dict) -> int:
