@@ -52,9 +52,45 @@ def code_tree() -> dict[str, str]:
     return {"root": str(ROOT), "code_sha256": digest.hexdigest()[:16]}
 
 
-def versions() -> dict[str, str | None]:
-    import torch
+@functools.lru_cache(maxsize=1)
+def _torch_build() -> tuple[str | None, str | None]:
+    """``(torch.__version__, torch.version.cuda)`` as the installed torch's ``torch/version.py`` records
+    them, read without importing torch: a run's parent process otherwise imports it only for these two
+    strings, 2 s of CPU in every run (its workers import torch anyway)."""
+    import ast
+    from importlib.util import find_spec
 
+    spec = find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    found: dict[str, str | None] = {}
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        value = getattr(node, "value", None)
+        for name in targets:
+            if isinstance(name, ast.Name) and isinstance(value, ast.Constant):
+                found[name.id] = value.value
+    if "__version__" not in found:
+        raise ValueError(f"{path} names no __version__")
+    return found["__version__"], found.get("cuda")
+
+
+def _gpu() -> str | None:
+    """The GPU's name where this process has already imported torch (any run that may use CUDA has: it
+    asked ``torch.cuda.is_available()`` to choose its devices); None in a ``--device cpu`` run's parent."""
+    torch = sys.modules.get("torch")
+    return torch.cuda.get_device_name(0) if torch is not None and torch.cuda.is_available() else None
+
+
+def versions() -> dict[str, str | None]:
+    try:
+        torch_version, torch_cuda = _torch_build()
+    except (OSError, SyntaxError, ValueError):  # an unusual install: ask torch itself
+        import torch
+
+        torch_version, torch_cuda = torch.__version__, torch.version.cuda
     return {
         "syncfuzz": FUZZ_VERSION,
         **code_tree(),
@@ -62,10 +98,10 @@ def versions() -> dict[str, str | None]:
         "optimized": OPTIMIZED_UPSTREAM,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
+        "torch": torch_version,
+        "torch_cuda": torch_cuda,
         "numpy": _version("numpy"),
         "hypothesis": _version("hypothesis"),
         "triton": _version("triton"),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "gpu": _gpu(),
     }

@@ -15,14 +15,12 @@ import copy
 import hashlib
 import json
 import os
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from fuzz.config import ConfigError, RunConfig
-from fuzz.engine.execute import ExampleResult
 from fuzz.errors import ReproFileError
 from fuzz.oracles.outcome import SideResult
 from fuzz.records.verdicts import EXAMPLE_VERDICTS
@@ -30,6 +28,9 @@ from fuzz.releases import side_identities, side_labels
 from fuzz.reports.outputs import write_json
 from fuzz.targets import CONTRACTS, TARGET_MODULES_ENV, Target, all_targets, catalog_targets, plugin_modules
 from fuzz.versions import target_versions, versions
+
+if TYPE_CHECKING:  # torch-free at import: a replay's parent never runs an example (its child does)
+    from fuzz.engine.execute import ExampleResult
 
 REPRO_FORMAT = "syncfuzz-repro/1"
 _PICKLE_MAGIC = (b"\x80", b"(dp", b"(lp", b"}q", b"]q", b"PK\x03\x04")
@@ -45,7 +46,8 @@ _REQUIRED: dict[str, type | tuple[type, ...]] = {
 
 def summarize(value: Any, limit: int = 16) -> Any:
     """A JSON-able picture of an output: enough to read, never the whole tensor."""
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # an output holds a tensor only where torch is loaded
+    if torch is not None and isinstance(value, torch.Tensor):
         flat = value.detach().reshape(-1)[:limit].cpu()
         if flat.dtype in (torch.bfloat16, torch.float16):
             flat = flat.float()
