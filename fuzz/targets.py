@@ -56,16 +56,37 @@ class Comparison:
 
     floats: str = "close"
     layout: bool = False
+    # ``"close"`` only: ``(("float32", rtol, atol), ...)`` in place of assert_close's default for those
+    # dtypes. For a target whose two sides do the same math in another order or blocking (a batch in one
+    # call against one call per item) where a step amplifies one rounding past the defaults; the record
+    # says which step and by how much (docs/verdicts.md#values).
+    tolerances: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.floats not in ("close", "exact"):
             raise HarnessError(f"Comparison.floats={self.floats!r} must be 'close' or 'exact'")
         if not isinstance(self.layout, bool):
             raise HarnessError(f"Comparison.layout={self.layout!r} must be True or False")
+        for entry in self.tolerances:
+            dtype, rtol, atol = entry if isinstance(entry, tuple) and len(entry) == 3 else (None, -1, -1)
+            if self.floats != "close" or dtype not in _TOLERANCE_DTYPES or not (
+                    isinstance(rtol, float) and isinstance(atol, float) and rtol >= 0 and atol >= 0):
+                raise HarnessError(f"Comparison.tolerances entry {entry!r}: give (dtype, rtol, atol) with dtype one "
+                                   f"of {', '.join(_TOLERANCE_DTYPES)} and rtol, atol floats >= 0, under floats='close'")
+
+    def tolerance(self, dtype_name: str) -> tuple[float, float] | None:
+        """``(rtol, atol)`` declared for ``dtype_name`` (``"float32"``), or None: assert_close's default."""
+        return next(((rtol, atol) for name, rtol, atol in self.tolerances if name == dtype_name), None)
 
     def as_json(self) -> dict[str, object]:
         """The policy as the `list --json` interface shows it."""
-        return {"floats": self.floats, "integers": "exact", "layout": self.layout}
+        shown: dict[str, object] = {"floats": self.floats, "integers": "exact", "layout": self.layout}
+        if self.tolerances:
+            shown["tolerances"] = {name: {"rtol": rtol, "atol": atol} for name, rtol, atol in self.tolerances}
+        return shown
+
+
+_TOLERANCE_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)

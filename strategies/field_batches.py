@@ -6,7 +6,10 @@ which leaves ``keep_on_cpu`` fields on the host). Used by the input models of th
 are ``MultiModalFieldConfig`` stand-ins recording ``kind``, ``keep_on_cpu`` and the flat ``sizes``.
 
 ``spec["field_on"][side]`` follows the keep-on-cpu family's rule (strategies/keep_on_cpu/inputs.py):
-``"engine"``: where the side's own config puts the field; ``"device"`` / ``"cpu"``: forced there.
+``"engine"``: where the side's own config puts the field; ``"device"`` / ``"cpu"``: the keep-on-cpu
+candidates -- the grid fields, one row per item -- forced there. The data fields (pixels) always go where
+the engine puts them: no engine hands a model its pixels on the host beside device weights (forcing them
+there too made the wide contract's host-grid form raise on CUDA in 0.28.0's tower, a form no caller passes).
 """
 
 from __future__ import annotations
@@ -76,12 +79,13 @@ def reduce_items(config: Any, items: list[torch.Tensor]) -> torch.Tensor | list[
     return torch.cat(items) if config.kind == "flat" else batched(items)
 
 
-def field_device(spec: dict, side: str, config: Any) -> str:
-    """Where ``side``'s engine puts a field (module docstring)."""
+def field_device(spec: dict, side: str, config: Any, candidate: bool = True) -> str:
+    """Where ``side``'s engine puts a field (module docstring); ``candidate``: a grid field, which a
+    ``"device"`` / ``"cpu"`` placement forces (a data field always follows the engine)."""
     where = spec["field_on"][field_side(side)]
     if where not in FIELD_PLACES:
         raise HarnessError(f"field_on must be one of {FIELD_PLACES}, not {where!r}")
-    if where == "engine":
+    if where == "engine" or not candidate:
         return "cpu" if getattr(config, "keep_on_cpu", False) else spec["device"]
     return spec["device"] if where == "device" else "cpu"
 
@@ -96,7 +100,7 @@ def engine_kwargs(spec: dict, side: str, configs: dict[str, Any], hf_outputs: di
         if name not in configs:
             raise HarnessError(f"the field config has no {name!r}")
         batch = reduce_items(configs[name], field_items(configs[name], name, value, per_item[name]))
-        device = field_device(spec, side, configs[name])
+        device = field_device(spec, side, configs[name], candidate=per_item[name] is None)
         kwargs[name] = batch.to(device) if isinstance(batch, torch.Tensor) else [t.to(device) for t in batch]
     return kwargs
 

@@ -26,8 +26,12 @@ TARGETS = [
         optimized="optimized.paddleocr_fields:PaddleOCRVLForConditionalGeneration.embed_multimodal",
         inputs="strategies.paddleocr_fields.inputs:PaddleOCRGridThwInputs",
         # One tower call and one projector matmul for the batch (0.34.0) against one per image (0.28.0):
-        # the same per-token math, summed in another blocking.
-        comparison=Comparison(floats="close"),
+        # the same per-token math, summed in another blocking. The projector's pre_norm is a LayerNorm over
+        # the stand-in tower's 1-4 features: where they nearly agree, x - mean cancels and one rounding of
+        # the mean (another CUDA kernel for another row count) is amplified up to 1 / sqrt(eps) = 316x. On
+        # an H200, float32, caller input seed 380: 2.67e-5 apart at 9.26 (the default allows 2.2e-5;
+        # lab/gpu-runs/2026-12-06g-h200.md). 1e-4 is ~30x that; a wrong grid, id or segment moves O(1).
+        comparison=Comparison(floats="close", tolerances=(("float32", 1e-4, 1e-4),)),
         # 0.34.0: the grid is a host tensor (.tolist(), the projector's t/h/w: no sync); position ids go
         # up from a pinned buffer non-blocking; cu_seqlens stay on the host for the tower (whose
         # stand-in stages them pinned, as SiglipEncoder's async_tensor_h2d does).

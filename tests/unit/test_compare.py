@@ -240,3 +240,22 @@ def test_exception_verdicts_name_the_labels():
         "copy raised ValueError, vllm raised TypeError"
     assert differential(_ok(T([1])), raised, CLOSE, labels=("copy", "vllm"))[1][0].detail == \
         "only vllm raised ValueError: bad; copy returned a value"
+
+
+def test_a_declared_tolerance_replaces_the_default_for_its_dtype_only():
+    """Comparison.tolerances: the record's (rtol, atol) for float32; other dtypes keep assert_close's."""
+    from fuzz.errors import HarnessError
+
+    loose = Comparison(floats="close", tolerances=(("float32", 1e-4, 1e-4),))
+    a32, b32 = torch.tensor([9.26]), torch.tensor([9.26 + 2.67e-5])  # the H200's paddleocr pair
+    assert list(compare_values(a32, b32, Comparison(floats="close")))  # past the default (2.2e-5 allowed)
+    assert not list(compare_values(a32, b32, loose))
+    assert list(compare_values(a32, torch.tensor([9.27]), loose))  # 1e-2 apart: still a mismatch
+    a16, b16 = a32.half(), (a32 + 0.02).half()
+    assert list(compare_values(a16, b16, loose)) == list(compare_values(a16, b16, Comparison(floats="close")))
+    assert loose.as_json()["tolerances"] == {"float32": {"rtol": 1e-4, "atol": 1e-4}}
+    for bad in ((("float32", 1e-4),), (("int32", 1e-4, 1e-4),), (("float32", -1.0, 0.0),)):
+        with pytest.raises(HarnessError, match="tolerances entry"):
+            Comparison(floats="close", tolerances=bad)
+    with pytest.raises(HarnessError, match="tolerances entry"):
+        Comparison(floats="exact", tolerances=(("float32", 1e-4, 1e-4),))

@@ -54,9 +54,12 @@ def test_batched_items_of_one_shape_are_stacked():
     assert kwargs["pixel_values"].shape == (2, 4, 1)
 
 
-def test_the_wide_legacy_grid_on_the_host():
+def test_the_wide_legacy_grid_on_the_host_and_only_the_grid():
+    """The wide form moves the grid, never the pixels: 0.28.0's tower given host pixels beside device
+    weights raised on CUDA (H200, lab/gpu-runs/2026-12-06g-h200.md), a form no engine passes."""
     kwargs = _paddle_kwargs(legacy_paddle, "legacy", field_on={"legacy": "cpu", "optimized": "engine"})
     assert kwargs["image_grid_thw"].device.type == "cpu"
+    assert all(t.device.type == "meta" for t in kwargs["pixel_values"]), "the pixels stay on the device"
 
 
 def test_flat_sizes_that_miscount_the_items_are_refused_like_the_engine():
