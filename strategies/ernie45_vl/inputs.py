@@ -557,13 +557,16 @@ def _output_specs(draw: st.DrawFn, available: Sequence[str], contract: str, path
 def _segment_means(hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
     """Each row's sequence mean, the sequences cut by ``cu_seqlens`` (rows past its last offset, the
     graph's padding, form one more sequence): the only way a token sees another, as in varlen attention.
-    Device ops only, no host read."""
+    Device ops only, no host read. Summed in float64, as the other stand-in towers do: index_add_ adds with
+    atomics on CUDA, in another order each run, and float32 sums that differ in their last bit came out of
+    the resampler's norms up to 5.4e-4 apart under --stress (H200, lab/gpu-runs/2026-12-06g-h200.md)."""
     bounds = cu_seqlens[1:].to(torch.int64)
     positions = torch.arange(hidden.shape[0], device=hidden.device)
     segment = torch.searchsorted(bounds, positions, right=True)
-    sums = hidden.new_zeros(bounds.numel() + 1, hidden.shape[1]).index_add_(0, segment, hidden)
-    counts = hidden.new_zeros(bounds.numel() + 1).index_add_(0, segment, torch.ones_like(hidden[:, 0]))
-    return (sums / counts.clamp(min=1).unsqueeze(1))[segment]
+    wide = hidden.double()
+    sums = wide.new_zeros(bounds.numel() + 1, hidden.shape[1]).index_add_(0, segment, wide)
+    counts = wide.new_zeros(bounds.numel() + 1).index_add_(0, segment, torch.ones_like(wide[:, 0]))
+    return (sums / counts.clamp(min=1).unsqueeze(1))[segment].to(hidden.dtype)
 
 
 @functools.lru_cache(maxsize=None)
