@@ -71,8 +71,9 @@ class Comparison:
             dtype, rtol, atol = entry if isinstance(entry, tuple) and len(entry) == 3 else (None, -1, -1)
             if self.floats != "close" or dtype not in _TOLERANCE_DTYPES or not (
                     isinstance(rtol, float) and isinstance(atol, float) and rtol >= 0 and atol >= 0):
-                raise HarnessError(f"Comparison.tolerances entry {entry!r}: give (dtype, rtol, atol) with dtype one "
-                                   f"of {', '.join(_TOLERANCE_DTYPES)} and rtol, atol floats >= 0, under floats='close'")
+                raise HarnessError(f"Comparison.tolerances entry {entry!r}: give (dtype, rtol, atol) with dtype "
+                                   f"one of {', '.join(_TOLERANCE_DTYPES)}, rtol and atol floats >= 0, and "
+                                   "floats='close'")
 
     def tolerance(self, dtype_name: str) -> tuple[float, float] | None:
         """``(rtol, atol)`` declared for ``dtype_name`` (``"float32"``), or None: assert_close's default."""
