@@ -557,9 +557,9 @@ def _output_specs(draw: st.DrawFn, available: Sequence[str], contract: str, path
 def _segment_means(hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
     """Each row's sequence mean, the sequences cut by ``cu_seqlens`` (rows past its last offset, the
     graph's padding, form one more sequence): the only way a token sees another, as in varlen attention.
-    Device ops only, no host read. Summed in float64, as the other stand-in towers do: index_add_ adds with
-    atomics on CUDA, in another order each run, and float32 sums that differ in their last bit came out of
-    the resampler's norms up to 5.4e-4 apart under --stress (H200, lab/gpu-runs/2026-12-06g-h200.md)."""
+    Device ops only, no host read. Summed in float64, as the other stand-in towers do, so that the order of
+    index_add_'s atomics on CUDA (another each run) cannot reach the outputs: with float32 sums the
+    outputs came 5.4e-4 apart under --stress on an H200 (lab/gpu-runs/2026-12-06g-h200.md)."""
     bounds = cu_seqlens[1:].to(torch.int64)
     positions = torch.arange(hidden.shape[0], device=hidden.device)
     segment = torch.searchsorted(bounds, positions, right=True)
