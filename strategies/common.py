@@ -123,3 +123,13 @@ def seeded_floats(shape: tuple[int, ...], dtype: str, seed: int, device: str) ->
     """
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=generator).to(FLOAT_DTYPES[dtype]).to(device)
+
+
+def seed_parameters(module: torch.nn.Module, dtype: str, seed: int, device: str) -> torch.nn.Module:
+    """``module`` in ``dtype`` with every parameter from ``seeded_floats`` (never zeros), by sorted name so
+    that both sides' stand-ins get the same values; on ``device``, in eval mode."""
+    module = module.to(FLOAT_DTYPES[dtype])
+    with torch.no_grad():
+        for i, (_, param) in enumerate(sorted(module.named_parameters(), key=lambda item: item[0])):
+            param.copy_(seeded_floats(tuple(param.shape), dtype, seed + 101 * (i + 1), "cpu"))
+    return module.to(device).eval()

@@ -61,13 +61,13 @@ from hypothesis import strategies as st
 from fuzz.api import SIDES as ENGINE_SIDES
 from fuzz.api import HarnessError, Impl, consumer_reads
 from strategies.common import (
-    FLOAT_DTYPES,
     INT_DTYPES,
     choice_of,
     devices,
     fixed_dict,
     float_dtypes,
     int_dtypes,
+    seed_parameters,
     seeded_floats,
 )
 from strategies.field_batches import batched
@@ -174,16 +174,6 @@ def _copy_module(impl: Impl) -> ModuleType:
     if impl.owner is None:
         raise HarnessError(f"{impl.path} must be a method of a model stand-in class")
     return impl.module
-
-
-def _seed_parameters(module: nn.Module, dtype: str, seed: int, device: str) -> nn.Module:
-    """Every parameter from ``seeded_floats`` (never zeros), by sorted name so
-    both sides' stand-ins get the same values."""
-    module = module.to(FLOAT_DTYPES[dtype])
-    with torch.no_grad():
-        for i, (_, param) in enumerate(sorted(module.named_parameters(), key=lambda item: item[0])):
-            param.copy_(seeded_floats(tuple(param.shape), dtype, seed + 101 * (i + 1), "cpu"))
-    return module.to(device).eval()
 
 
 def _common(draw: st.DrawFn, available: Sequence[str], contract: str) -> dict:
@@ -398,7 +388,7 @@ def _whisper_encoder(module: ModuleType, spec: dict) -> nn.Module:
         tupled = spec.get("legacy_layer_output", "tensor") == "tuple"
         layers = [DenseMaskWhisperLayer(tupled) for _ in range(spec["layers"])]
         encoder = module.ModifiedWhisperEncoder(config, layers)
-    return _seed_parameters(encoder, spec["dtype"], spec["seed"], spec["device"])
+    return seed_parameters(encoder, spec["dtype"], spec["seed"], spec["device"])
 
 
 # --------------------------------------------------------------------------
@@ -612,7 +602,7 @@ class Phi4MMImageSizesInputs:
         fields = field_placement(spec, impl, side, "Phi4MMMultiModalProcessor")
         config = SimpleNamespace(hidden_size=spec["hidden_size"], img_processor=None, vocab_size=1,
                                  img_processor_stand_in=RecordingNavitTower(spec["side"]))
-        encoder = _seed_parameters(module.Phi4MMImageEncoder(config, None), spec["dtype"], spec["seed"], spec["device"])
+        encoder = seed_parameters(module.Phi4MMImageEncoder(config, None), spec["dtype"], spec["seed"], spec["device"])
         model = impl.owner(encoder)
         kwargs = self._kwargs(spec, fields)
 
@@ -712,8 +702,8 @@ class KeyeGridThwInputs:
         patch_dim = 3 * spec["patch"] ** 2
         projector = module.Projector(SimpleNamespace(hidden_size=spec["text_hidden"]),
                                      SimpleNamespace(hidden_size=patch_dim))
-        visual = _seed_parameters(RecordingKeyeVisual(), spec["dtype"], spec["seed"], spec["device"])
-        model = impl.owner(visual, _seed_parameters(projector, spec["dtype"], spec["seed"], spec["device"]))
+        visual = seed_parameters(RecordingKeyeVisual(), spec["dtype"], spec["seed"], spec["device"])
+        model = impl.owner(visual, seed_parameters(projector, spec["dtype"], spec["seed"], spec["device"]))
         kwargs = self._kwargs(spec, fields)
 
         def call() -> dict:

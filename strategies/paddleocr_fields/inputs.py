@@ -50,7 +50,7 @@ import torch.nn as nn
 from hypothesis import strategies as st
 
 from fuzz.api import HarnessError, Impl
-from strategies.common import FLOAT_DTYPES, INT_DTYPES, devices, float_dtypes, int_dtypes, seeded_floats
+from strategies.common import INT_DTYPES, devices, float_dtypes, int_dtypes, seed_parameters, seeded_floats
 from strategies.field_batches import (
     CALLER_FIELD_PLACEMENTS,
     WIDE_FIELD_PLACEMENTS,
@@ -64,15 +64,6 @@ MAX_POSITIONS = 64  # the stand-in tower's position table: h * w <= 8 * 8
 EVEN_SIDES = st.sampled_from([2, 4, 6, 8])
 PATCH_SIDES = st.integers(1, 2)
 WIDTHS = st.integers(1, 4)
-
-
-def seed_parameters(module: nn.Module, dtype: str, seed: int, device: str) -> nn.Module:
-    """Every parameter from ``seeded_floats`` (never zeros), by sorted name: both sides get the same."""
-    module = module.to(FLOAT_DTYPES[dtype])
-    with torch.no_grad():
-        for i, (_, param) in enumerate(sorted(module.named_parameters(), key=lambda item: item[0])):
-            param.copy_(seeded_floats(tuple(param.shape), dtype, seed + 101 * (i + 1), "cpu"))
-    return module.to(device).eval()
 
 
 class RecordingPaddleTower(nn.Module):
