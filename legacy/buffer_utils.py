@@ -26,6 +26,7 @@ from types import SimpleNamespace  # ADAPTED: the stand-ins below
 import triton  # ADAPTED: upstream imports it from vllm.triton_utils
 import triton.language as tl  # ADAPTED: upstream imports it from vllm.triton_utils
 from triton.runtime.interpreter import InterpretedFunction  # ADAPTED: runs the kernel off CUDA (_Launcher)
+import triton.runtime.interpreter as _interpreter  # ADAPTED: _squeezed_index below
 
 
 def init_logger(name):  # ADAPTED: stands in for vllm.logger.init_logger: its *_once methods, at debug level
@@ -68,11 +69,22 @@ class _Launcher:  # ADAPTED: stands in for `kernel[grid](...)`: on CUDA the @tri
             _check_writes(grid, *args)  # ADAPTED: the interpreter writes raw host memory
             scope = self.kernel.fn.__globals__  # ADAPTED: the kernel's helper @triton.jit _load_ptr
             jitted, scope["_load_ptr"] = scope["_load_ptr"], InterpretedFunction(scope["_load_ptr"].fn)  # ADAPTED: interpreted too
+            patch_tensor = _interpreter._patch_lang_tensor  # ADAPTED: see _squeezed_index
+            _interpreter._patch_lang_tensor = _squeezed_index(patch_tensor)  # ADAPTED: for this launch only
             try:  # ADAPTED: (the interpreter cannot call a jitted function)
                 return self.interpreted[grid](*args, **kwargs)  # ADAPTED: the kernel's body, interpreted
             finally:  # ADAPTED: the jitted helper back, for CUDA
                 scope["_load_ptr"] = jitted  # ADAPTED: as upstream
+                _interpreter._patch_lang_tensor = patch_tensor  # ADAPTED: the interpreter as it was
         return launch  # ADAPTED: the launcher
+
+
+def _squeezed_index(patch_tensor):  # ADAPTED: Triton 3.6's interpreter takes a loaded scalar as an index with int() of its
+    def patched(tensor, *scope):  # ADAPTED: 1-element array, which numpy 2 refuses (0.28.0's `range(0, content_len, ...)`);
+        patch_tensor(tensor, *scope)  # ADAPTED: the interpreter's own patches first
+        set_attr = scope[0].set_attr if scope else setattr  # ADAPTED: undone with them where the interpreter undoes its own
+        set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))  # ADAPTED: as triton 3.9's interpreter reads it
+    return patched  # ADAPTED: the interpreter's tensor patches, with that index
 
 
 def _check_writes(grid, out, stride, indices, starts, contents, cu_lens, group_ids):  # ADAPTED: refuse a write outside `out`

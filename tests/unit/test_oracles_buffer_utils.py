@@ -3,10 +3,15 @@ hand-made spec and flags a hand-broken output; the input model's caller forms bu
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 
+import legacy.buffer_utils as legacy_buffer_utils
+import optimized.buffer_utils as optimized_buffer_utils
 import strategies.buffer_utils.inputs as inputs
 import strategies.buffer_utils.oracles as oracles
 from fuzz.engine.execute import run_side
@@ -180,21 +185,40 @@ def on_0_28_0(target):
     return bind(target, legacy=OLD)
 
 
-# On a CUDA host the 0.28.0 kernel runs as such. Off CUDA the copy's _Launcher interprets it; on the H100 host
-# (numpy 2.5.2, triton 3.6.0) the interpreter could not run 0.28.0's ``... if pid > 0 else 0`` on a host
-# output ("only 0-dimensional arrays can be converted to Python scalars", lab/gpu-runs/2026-12-06f-h100.md).
-HOST_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# On a CUDA host the 0.28.0 kernel runs as such; on a host spec the copy's _Launcher interprets it, on every host.
+# Triton 3.6's interpreter took 0.28.0's `range(0, content_len, BLOCK_SIZE)` bound with int() of a 1-element array,
+# which numpy 2 refuses ("only 0-dimensional arrays can be converted to Python scalars", the GPU host's triton 3.6.0,
+# lab/gpu-runs/2026-12-06f-h100.md; here too with triton 3.6.0 beside numpy 2.4.6): the launcher's _squeezed_index.
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spec", [staged_spec(), staged_spec(uva_instead_of_gpu=True), long_row_spec()],
                          ids=["int32", "uva-table", "long-row"])
-def test_staged_invariants_hold_on_0_28_0(spec):
+def test_staged_invariants_hold_on_0_28_0(spec, device):
     # 0.28.0's _apply_write_kernel loops over a write's blocks in one program (grid (n,)): the copy's _Launcher
     # and _check_writes (ADAPTED, kept by the merge) run it the same way.
-    spec = {**spec, "device": HOST_DEVICE}
+    spec = {**spec, "device": device}
     out = output(on_0_28_0(STAGED), spec, "legacy")
     for invariant in STAGED_INVARIANTS:
         assert invariant(spec, out) is None, invariant.__name__
+
+
+@pytest.mark.parametrize("copy", [legacy_buffer_utils, optimized_buffer_utils], ids=["legacy", "optimized"])
+def test_the_launcher_reads_a_loaded_scalar_as_an_index_on_any_triton(copy):
+    # Triton 3.6's own patch, as it reads an index: int() of the loaded value's 1-element array.
+    def triton_3_6(tensor, scope):
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data))
+
+    class Scope:
+        def set_attr(self, obj, name, value):
+            setattr(obj, name, value)
+
+    class Loaded:
+        handle = SimpleNamespace(data=np.array([5], dtype=np.int32))
+
+    copy._squeezed_index(triton_3_6)(Loaded, Scope())
+    assert range(0, Loaded(), 2) == range(0, 5, 2)
 
 
 def test_a_stray_write_is_still_refused_on_0_28_0():
@@ -205,8 +229,9 @@ def test_a_stray_write_is_still_refused_on_0_28_0():
         module._check_writes(grid, out, 4, ints(1), ints(2), ints(1, 2, 3), ints(3), None)
 
 
-def test_fused_invariants_hold_on_0_28_0():
-    spec = {**fused_spec(), "uva": True, "device": HOST_DEVICE}
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_invariants_hold_on_0_28_0(device):
+    spec = {**fused_spec(), "uva": True, "device": device}
     out = output(on_0_28_0(FUSED), spec, "legacy")
     for invariant in FUSED_INVARIANTS:
         assert invariant(spec, out) is None, invariant.__name__
