@@ -83,7 +83,7 @@ class _Launcher:  # ADAPTED: stands in for `kernel[grid](...)`: on CUDA the @tri
 
 
 def _squeezed_index(patch_tensor):  # ADAPTED: Triton 3.6's interpreter takes a loaded scalar as an index with int() of its
-    def patched(tensor, *scope):  # ADAPTED: 1-element array, which numpy 2 refuses (0.28.0's `range(0, content_len, ...)`);
+    def patched(tensor, *scope):  # ADAPTED: 1-element array, which numpy 2.4+ refuses (0.28.0's `range(0, content_len, ...)`);
         patch_tensor(tensor, *scope)  # ADAPTED: the interpreter's own patches first
         set_attr = scope[0].set_attr if scope else setattr  # ADAPTED: undone with them where the interpreter undoes its own
         set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))  # ADAPTED: as triton 3.9's interpreter reads it

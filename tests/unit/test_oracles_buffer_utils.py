@@ -187,7 +187,7 @@ def on_0_28_0(target):
 
 # On a CUDA host the 0.28.0 kernel runs as such; on a host spec the copy's _Launcher interprets it, on every host.
 # Triton 3.6's interpreter took 0.28.0's `range(0, content_len, BLOCK_SIZE)` bound with int() of a 1-element array,
-# which numpy 2 refuses ("only 0-dimensional arrays can be converted to Python scalars", the GPU host's triton 3.6.0,
+# which numpy 2.4+ refuses ("only 0-dimensional arrays can be converted to Python scalars", the GPU host's triton 3.6.0,
 # lab/gpu-runs/2026-12-06f-h100.md; here too with triton 3.6.0 beside numpy 2.4.6): the launcher's _squeezed_index.
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
