@@ -259,3 +259,17 @@ def test_a_declared_tolerance_replaces_the_default_for_its_dtype_only():
             Comparison(floats="close", tolerances=bad)
     with pytest.raises(HarnessError, match="tolerances entry"):
         Comparison(floats="exact", tolerances=(("float32", 1e-4, 1e-4),))
+
+
+def test_the_paddleocr_records_half_tolerances_hold_the_measured_pair_and_not_a_real_bug():
+    """keep-on-cpu-paddleocr-grid-thw's float16 tolerance: the H100's --stress seed-3 pair (2 ulps at -0.183,
+    lab/gpu-runs/2026-12-06h-h100.md) fails the default and passes the record's; a wrong segment, O(1e-2) and
+    more apart, fails both; the same holds for bfloat16 at its own scale."""
+    from fuzz.targets import lookup
+
+    record = lookup(["keep-on-cpu-paddleocr-grid-thw"])[0].comparison
+    a, b = torch.tensor([-0.183], dtype=torch.float16), torch.tensor([-0.183 + 2.44e-4], dtype=torch.float16)
+    assert list(compare_values(a, b, Comparison(floats="close")))
+    assert not list(compare_values(a, b, record))
+    assert list(compare_values(a, torch.tensor([-0.173], dtype=torch.float16), record))
+    assert list(compare_values(a.bfloat16(), torch.tensor([-0.23], dtype=torch.bfloat16), record))
